@@ -1,0 +1,95 @@
+"""Known GPUs and per-architecture limits that NVML does not report.
+
+`KNOWN_GPUS` lets `t4serve plan --gpu t4` plan for a card on any machine. `shared_memory_per_block_optin` is the
+CUDA programming guide's "maximum shared memory per thread block" (opt-in) per compute capability: NVML cannot read
+it, and it decides whether vLLM's Triton attention needs the Turing clamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": max opt-in shared memory per block.
+_SHARED_MEMORY_OPTIN: dict[tuple[int, int], int] = {
+    (7, 0): 96 * 1024,
+    (7, 2): 96 * 1024,
+    (7, 5): 64 * 1024,
+    (8, 0): 163 * 1024,
+    (8, 6): 99 * 1024,
+    (8, 7): 163 * 1024,
+    (8, 9): 99 * 1024,
+    (9, 0): 227 * 1024,
+    (10, 0): 227 * 1024,
+    (10, 3): 227 * 1024,
+    (12, 0): 99 * 1024,
+    (12, 1): 99 * 1024,
+}
+
+
+def shared_memory_per_block_optin(capability: tuple[int, int]) -> int:
+    """Opt-in shared memory per block in bytes; an unknown newer capability gets its major family's smallest value."""
+    if capability in _SHARED_MEMORY_OPTIN:
+        return _SHARED_MEMORY_OPTIN[capability]
+    same_major = [v for (major, _), v in _SHARED_MEMORY_OPTIN.items() if major == capability[0]]
+    if same_major:
+        return min(same_major)
+    # Older than Volta or newer than anything listed: assume the most restrictive known value.
+    return min(_SHARED_MEMORY_OPTIN.values())
+
+
+@dataclass(frozen=True)
+class KnownGpu:
+    key: str
+    name: str
+    compute_capability: tuple[int, int]
+    memory_bytes: int
+    # Nominal peak memory bandwidth from the vendor's datasheet, bytes/s.
+    bandwidth_nominal: float
+    # A measured streaming-read bandwidth where one is published (FACTS.md for the T4), else None.
+    bandwidth_measured: float | None
+    power_limit_w: float
+    sm_clock_max_mhz: int
+
+    @property
+    def shared_memory_per_block(self) -> int:
+        return shared_memory_per_block_optin(self.compute_capability)
+
+    @property
+    def bandwidth(self) -> float:
+        """The figure to plan with: measured when known, else nominal."""
+        return self.bandwidth_measured or self.bandwidth_nominal
+
+
+GB = 1e9
+
+KNOWN_GPUS: dict[str, KnownGpu] = {
+    g.key: g
+    for g in (
+        # FACTS.md: 15360 MiB, 70 W cap, 1590 MHz, 277.0 GB/s measured streaming read, 320 GB/s nominal.
+        KnownGpu("t4", "Tesla T4", (7, 5), 15360 * MIB, 320 * GB, 277.0 * GB, 70.0, 1590),
+        KnownGpu("rtx2080ti", "NVIDIA GeForce RTX 2080 Ti", (7, 5), 11264 * MIB, 616 * GB, None, 250.0, 1545),
+        KnownGpu("a10g", "NVIDIA A10G", (8, 6), 23028 * MIB, 600 * GB, None, 300.0, 1710),
+        KnownGpu("l4", "NVIDIA L4", (8, 9), 23034 * MIB, 300 * GB, None, 72.0, 2040),
+        KnownGpu("a100", "NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MIB, 2039 * GB, None, 400.0, 1410),
+        KnownGpu("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559 * MIB, 3350 * GB, None, 700.0, 1980),
+        KnownGpu("h200", "NVIDIA H200", (9, 0), 143771 * MIB, 4800 * GB, None, 700.0, 1980),
+    )
+}
+
+
+def known_gpu(key: str) -> KnownGpu | None:
+    return KNOWN_GPUS.get(key.lower().replace("-", "").replace("_", "").replace(" ", ""))
+
+
+def match_known_gpu(name: str) -> KnownGpu | None:
+    """The table entry whose name an NVML device name matches, for bandwidth figures NVML cannot give."""
+    lowered = name.lower()
+    for gpu in KNOWN_GPUS.values():
+        if gpu.name.lower() == lowered:
+            return gpu
+    for gpu in KNOWN_GPUS.values():
+        if gpu.key in lowered.replace(" ", "").replace("-", ""):
+            return gpu
+    return None

@@ -77,7 +77,7 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
     if origin is dict:
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected an object, found {type(data).__name__}")
-        key_t, val_t = get_args(tp) or (Any, Any)
+        _key_t, val_t = get_args(tp) or (Any, Any)
         return {k: _convert(val_t, v, f"{where}.{k}") for k, v in data.items()}
     if tp is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)

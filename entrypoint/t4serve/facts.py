@@ -158,6 +158,8 @@ class Facts:
     host: HostFacts
     manifest: BuildManifest
     model: ModelFacts | None = None
+    # How this record came to be: "probed" on this machine, or e.g. "constructed from FACTS.md" for a shipped file.
+    provenance: str = "probed"
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=False) + "\n"

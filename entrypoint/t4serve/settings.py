@@ -1,0 +1,722 @@
+"""Every setting t4serve reads, from one table: environment variable, click option, default, doc, parser.
+
+`Settings.from_environ(environ)` parses and validates the whole table once into a frozen `Settings` (a bad value is a
+`ConfigError`, exit 2, naming the variable, the value found, what is accepted and an example). The same table makes
+the shared click options (`settings_options`) and the README's environment table (`markdown_table`).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import math
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from t4serve.errors import ConfigError
+
+QAT_REPO = "google/gemma-4-E2B-it-qat-w4a16-ct"
+BF16_REPO = "google/gemma-4-E2B-it"
+MODEL_ALIASES: dict[str, str] = {"qat": QAT_REPO, "bf16": BF16_REPO}
+
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+# vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
+_DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
+PREFLIGHT_MODES = ("strict", "warn")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# huggingface_hub's own truth table (constants.ENV_VARS_TRUE_VALUES), so t4serve and the hub never disagree.
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# Flags of `vllm serve` that t4serve sets itself, and the variable that controls each. A user flag that repeats one
+# would either be overridden or override the plan silently, so it is refused with the variable to use instead.
+CONTROLLED_FLAGS: dict[str, str] = {
+    "--model": "T4SERVE_MODEL",
+    "--host": "T4SERVE_HOST",
+    "--port": "T4SERVE_PORT",
+    "--served-model-name": "T4SERVE_SERVED_MODEL_NAME",
+    "--dtype": "T4SERVE_DTYPE",
+    "--max-model-len": "T4SERVE_MAX_MODEL_LEN",
+    "--max-num-seqs": "T4SERVE_MAX_NUM_SEQS",
+    "--gpu-memory-utilization": "T4SERVE_GPU_MEMORY_UTILIZATION",
+    "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
+    "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
+    "--download-dir": "HF_HOME",
+    # On the command line the token would show in `ps` and in the plan: it only travels in the child's environment.
+    "--hf-token": "HF_TOKEN or HF_TOKEN_FILE",
+}
+# Flags t4serve fixes with no variable: why each is fixed is part of the error.
+FIXED_FLAGS: dict[str, str] = {
+    "--kv-cache-dtype": "t4serve sets --kv-cache-dtype auto: its KV cache sizing assumes the model dtype",
+    "--tensor-parallel-size": "t4serve serves one GPU (--tensor-parallel-size 1)",
+    "-tp": "t4serve serves one GPU (--tensor-parallel-size 1)",
+    # A YAML config can set any flag above where no check sees it.
+    "--config": "a YAML config could set t4serve's flags unseen; put the flags themselves in T4SERVE_VLLM_ARGS",
+}
+
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+class Secret:
+    """A string that never shows itself: repr, str and format print a placeholder; `reveal()` is the only way in."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str) -> None:
+        self._value = value
+        self.source = source
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret(<redacted>, from {self.source})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self.source))
+
+    def __reduce__(self) -> Any:
+        # Pickling would write the token to wherever the pickle goes; nothing in t4serve needs it.
+        raise TypeError("a Secret cannot be pickled")
+
+
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What T4SERVE_MODEL named: an alias, an HF repo id, or a local directory (made absolute)."""
+
+    requested: str
+    kind: str  # "alias", "repo", "local"
+    # The repo id (aliases expanded) or the absolute local directory: what the model probe resolves.
+    target: str
+
+    @property
+    def repo_id(self) -> str | None:
+        return None if self.kind == "local" else self.target
+
+
+class _Invalid(Exception):
+    """Raised by a parser: `reason` completes "NAME=VALUE: must be ...", `example` is a value that would work."""
+
+    def __init__(self, reason: str, example: str, fix: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.example = example
+        # Replaces the generic "set NAME=example" where a better fix is known.
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class _Context:
+    environ: Mapping[str, str]
+    cwd: Path
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One row of the settings table."""
+
+    name: str
+    field: str
+    # The default as a user would write it; None means "unset" (auto, or derived from other settings).
+    default: str | None
+    # What the default means, for --help, the README and summary().
+    default_doc: str
+    doc: str
+    parse: Callable[[str, _Context], Any]
+    example: str
+    option: str | None = None
+    secret: bool = False
+    # Computes the default from the environment when it depends on it (HF_HOME follows XDG_CACHE_HOME like the hub).
+    default_from: Callable[[_Context], Any] | None = None
+
+    @property
+    def param(self) -> str:
+        return f"setting_{self.field}"
+
+
+# Parsers: each takes the raw string and returns the typed value or raises _Invalid.
+
+
+def _int_in(lo: int, hi: int | None, example: int) -> Callable[[str, _Context], int]:
+    def parse(raw: str, ctx: _Context) -> int:
+        bounds = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+        try:
+            value = int(raw.strip().replace("_", ""))
+        except ValueError:
+            raise _Invalid(f"must be {bounds}", str(example)) from None
+        if value < lo or (hi is not None and value > hi):
+            raise _Invalid(f"must be {bounds}", str(example))
+        return value
+
+    return parse
+
+
+def _auto_or_int(lo: int, example: int) -> Callable[[str, _Context], int | None]:
+    inner = _int_in(lo, None, example)
+
+    def parse(raw: str, ctx: _Context) -> int | None:
+        if raw.strip().lower() == "auto":
+            return None
+        try:
+            return inner(raw, ctx)
+        except _Invalid:
+            raise _Invalid(f'must be "auto" or an integer >= {lo}', str(example)) from None
+
+    return parse
+
+
+def _utilization(raw: str, ctx: _Context) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise _Invalid("must be a number in (0, 1]", "0.9") from None
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise _Invalid("must be a number in (0, 1]", "0.9")
+    return value
+
+
+def parse_size(raw: str) -> int:
+    """Bytes from "2684354560", "2.5GiB", "2.5 GB" (decimal KB/MB/GB/TB, binary KiB/MiB/GiB/TiB)."""
+    match = _SIZE.match(raw)
+    if not match:
+        raise ValueError(raw)
+    number, unit = match.groups()
+    value = float(number) * _SIZE_UNITS[(unit or "B").lower()]
+    if value < 1:
+        raise ValueError(raw)
+    return int(value)
+
+
+def _auto_or_size(raw: str, ctx: _Context) -> int | None:
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return parse_size(raw)
+    except ValueError:
+        raise _Invalid('must be "auto" or a size in bytes (units B, KiB, MiB, GiB, KB, MB, GB)', "2.5GiB") from None
+
+
+def _choice(options: tuple[str, ...], synonyms: Mapping[str, str] | None = None) -> Callable[[str, _Context], str]:
+    def parse(raw: str, ctx: _Context) -> str:
+        value = raw.strip().lower()
+        value = (synonyms or {}).get(value, value)
+        if value not in options:
+            raise _Invalid("must be one of " + ", ".join(options), options[0])
+        return value
+
+    return parse
+
+
+def _bool(raw: str, ctx: _Context) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _Invalid("must be one of 0, 1, true, false (also yes/no, on/off)", "1")
+
+
+def _on_off(raw: str, ctx: _Context) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _Invalid("must be on or off", "on")
+
+
+def _model(raw: str, ctx: _Context) -> ModelChoice:
+    value = raw.strip()
+    if value.lower() in MODEL_ALIASES:
+        return ModelChoice(value.lower(), "alias", MODEL_ALIASES[value.lower()])
+    if value.startswith(("/", "./", "../", "~/")) or value in (".", ".."):
+        path = Path(os.path.expanduser(value))
+        if not path.is_absolute():
+            path = ctx.cwd / path
+        path = Path(os.path.normpath(path))
+        if not path.is_dir():
+            raise _Invalid(
+                f"must be an existing directory holding config.json ({path} is not a directory)", "/models/gemma"
+            )
+        if not (path / "config.json").is_file():
+            raise _Invalid(f"must be a directory holding config.json ({path}/config.json is missing)", "/models/gemma")
+        return ModelChoice(value, "local", str(path))
+    if _REPO_ID.match(value) and ".." not in value and "--" not in value and not value.endswith(".git"):
+        return ModelChoice(value, "repo", value)
+    raise _Invalid(
+        "must be qat, bf16, a Hugging Face repo id (org/name), or a local directory (absolute or ./ path)",
+        "qat",
+    )
+
+
+def _served_model_name(raw: str, ctx: _Context) -> str:
+    value = raw.strip()
+    if not value or any(c.isspace() for c in value):
+        raise _Invalid("must be one word without whitespace", "gemma-4-e2b")
+    return value
+
+
+def _host(raw: str, ctx: _Context) -> str:
+    value = raw.strip()
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})*", value):
+        return value
+    raise _Invalid("must be an IP address or a host name to bind", "0.0.0.0")
+
+
+def _path(raw: str, ctx: _Context) -> str:
+    value = os.path.expanduser(raw.strip())
+    if not value:
+        raise _Invalid("must be a path", "/cache/t4serve")
+    path = Path(value)
+    return str(path if path.is_absolute() else ctx.cwd / path)
+
+
+def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
+    try:
+        args = shlex.split(raw)
+    except ValueError as exc:
+        raise _Invalid(
+            f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
+        ) from None
+    for arg in args:
+        problem = vllm_flag_conflict(arg)
+        if problem is not None:
+            flag = arg.split("=", 1)[0]
+            use = CONTROLLED_FLAGS.get(_canonical_flag(flag))
+            fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
+            raise _Invalid(problem, "--enforce-eager", fix)
+    return tuple(args)
+
+
+def vllm_flag_conflict(arg: str) -> str | None:
+    """Why `arg` may not appear in T4SERVE_VLLM_ARGS, or None when it may.
+
+    vLLM accepts `--flag=value`, underscores for dashes, and (argparse) unambiguous abbreviations; all three count.
+    """
+    if not arg.startswith("-") or arg == "-" or arg == "--":
+        return None
+    if arg.startswith("--"):
+        name = _canonical_flag(arg.split("=", 1)[0])
+    else:
+        name = arg.split("=", 1)[0]
+        # Short options take their value glued on (-tp2): compare by prefix.
+        for short, why in FIXED_FLAGS.items():
+            if not short.startswith("--") and name.startswith(short):
+                return f"must not contain {name}: {why}"
+        return None
+    for flag, variable in CONTROLLED_FLAGS.items():
+        if name == flag or (len(name) > 3 and flag.startswith(name)):
+            return f"must not contain {name}: t4serve sets {flag} itself; use {variable} instead"
+    for flag, why in FIXED_FLAGS.items():
+        if flag.startswith("--") and (name == flag or (len(name) > 3 and flag.startswith(name))):
+            return f"must not contain {name}: {why}"
+    return None
+
+
+def _canonical_flag(flag: str) -> str:
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check."""
+    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+
+
+def _log_level(raw: str, ctx: _Context) -> str:
+    return _choice(LOG_LEVELS, {"warn": "warning"})(raw, ctx)
+
+
+def _token(raw: str, ctx: _Context) -> Secret:
+    value = raw.strip()
+    if any(c.isspace() for c in value):
+        raise _Invalid("must be one token without whitespace", "hf_... (from https://huggingface.co/settings/tokens)")
+    return Secret(value, "HF_TOKEN")
+
+
+def _token_file(raw: str, ctx: _Context) -> Secret:
+    path = Path(_path(raw, ctx))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _Invalid(f"must name an existing file ({path} does not exist)", "/run/secrets/hf_token") from None
+    except IsADirectoryError:
+        raise _Invalid(f"must name a file ({path} is a directory)", "/run/secrets/hf_token") from None
+    except PermissionError:
+        raise _Invalid(
+            f"must name a file readable by uid {os.getuid()} ({path} is not readable)", "/run/secrets/hf_token"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Invalid(f"must name a readable UTF-8 file ({type(exc).__name__})", "/run/secrets/hf_token") from None
+    value = text.strip()
+    if not value:
+        raise _Invalid(f"must name a file holding the token ({path} is empty)", "/run/secrets/hf_token")
+    if any(c.isspace() for c in value):
+        raise _Invalid(f"must name a file holding one token ({path} holds whitespace inside)", "/run/secrets/hf_token")
+    return Secret(value, f"HF_TOKEN_FILE={path}")
+
+
+def _default_hf_home(ctx: _Context) -> str:
+    # huggingface_hub.constants: HF_HOME defaults to $XDG_CACHE_HOME/huggingface, XDG_CACHE_HOME to ~/.cache.
+    xdg = ctx.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "huggingface")
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        "T4SERVE_MODEL", "model", "qat", "qat",
+        f"Checkpoint to serve: `qat` ({QAT_REPO}, int4 weights), `bf16` ({BF16_REPO}), any Hugging Face repo id "
+        "`org/name`, or a local directory (absolute or `./` path) holding config.json.",
+        _model, "qat", "--model",
+    ),
+    Variable(
+        "T4SERVE_SERVED_MODEL_NAME", "served_model_name", None, "the model's repo id (local directory: its name)",
+        "Model name clients send in requests (`model` in /v1/completions).",
+        _served_model_name, "gemma-4-e2b", "--served-model-name",
+    ),
+    Variable("T4SERVE_HOST", "host", "0.0.0.0", "0.0.0.0", "Address the OpenAI-compatible server binds.",
+             _host, "0.0.0.0", "--host"),
+    Variable("T4SERVE_PORT", "port", "8000", "8000", "Port of the OpenAI-compatible server.",
+             _int_in(1, 65535, 8000), "8000", "--port"),
+    Variable(
+        "T4SERVE_MAX_MODEL_LEN", "max_model_len", None, "auto",
+        "Longest request in tokens (prompt + output); `auto` sizes it to what the KV cache holds.",
+        _auto_or_int(16, 16384), "16384", "--max-model-len",
+    ),
+    Variable(
+        "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
+        "Requests decoded at once; `auto` picks what the KV cache holds at full length.",
+        _auto_or_int(1, 8), "8", "--max-num-seqs",
+    ),
+    Variable(
+        "T4SERVE_GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.9", "0.9",
+        "Fraction of GPU memory vLLM may use (weights, activations, KV cache).",
+        _utilization, "0.9", "--gpu-memory-utilization",
+    ),
+    Variable(
+        "T4SERVE_KV_CACHE_MEMORY_BYTES", "kv_cache_memory_bytes", None, "auto",
+        "KV cache size (e.g. `2.5GiB`); `auto` lets the plan choose. When set, vLLM ignores the utilization "
+        "for the KV cache.",
+        _auto_or_size, "2.5GiB", "--kv-cache-memory-bytes",
+    ),
+    Variable(
+        "T4SERVE_DTYPE", "dtype", "auto", "auto",
+        "Compute dtype: `auto` is float16 below compute capability 8.0 (Turing has no bf16), else the checkpoint's; "
+        "`float16`, `bfloat16` (needs 8.0+), `float32`.",
+        _choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
+    ),
+    Variable(
+        "T4SERVE_PREFLIGHT", "preflight", "strict", "strict",
+        "`strict`: `serve` refuses to start on any failed check; `warn`: it prints the failures and starts anyway.",
+        _choice(PREFLIGHT_MODES), "strict", "--preflight",
+    ),
+    Variable(
+        "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
+        "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use; "
+        "`--attention-backend` passes through.",
+        _vllm_args, "--enforce-eager", "--vllm-args",
+    ),
+    Variable(
+        "HF_TOKEN", "hf_token", None, "(none)",
+        "Hugging Face token for gated checkpoints (Gemma is gated). Never printed, never on a command line.",
+        _token, "hf_...", None, secret=True,
+    ),
+    Variable(
+        "HF_TOKEN_FILE", "hf_token_file", None, "(none)",
+        "File holding the token (a compose/Docker secret); setting it and HF_TOKEN both is an error.",
+        _path, "/run/secrets/hf_token", "--hf-token-file",
+    ),
+    Variable(
+        "HF_HOME", "hf_home", None, "$XDG_CACHE_HOME/huggingface or ~/.cache/huggingface (image: /cache/huggingface)",
+        "Hugging Face cache; checkpoints are looked up and downloaded here.",
+        _path, "/cache/huggingface", "--hf-home", default_from=_default_hf_home,
+    ),
+    Variable("HF_HUB_OFFLINE", "hf_hub_offline", "0", "0",
+             "`1`: never contact the hub; the checkpoint must already be local.",
+             _bool, "1", "--hf-hub-offline"),
+    Variable("T4SERVE_LOG_LEVEL", "log_level", "info", "info", "t4serve's log level: debug, info, warning, error.",
+             _log_level, "info", "--log-level"),
+    Variable("T4SERVE_MANIFEST", "manifest", "/etc/t4serve/build-manifest.json", "/etc/t4serve/build-manifest.json",
+             "Build manifest the image wrote (torch, CUDA, arch list, vLLM, clamp proof).",
+             _path, "/etc/t4serve/build-manifest.json", "--manifest"),
+    Variable("T4SERVE_STATE_DIR", "state_dir", "/tmp/t4serve", "/tmp/t4serve",
+             "Runtime state (phase, figures) read by `status` and `healthcheck`.",
+             _path, "/tmp/t4serve", "--state-dir"),
+    Variable("T4SERVE_CACHE_DIR", "cache_dir", "/cache/t4serve", "/cache/t4serve",
+             "Persistent t4serve data (durations of past starts).",
+             _path, "/cache/t4serve", "--cache-dir"),
+    Variable("T4SERVE_TELEMETRY_PORT", "telemetry_port", "9400", "9400",
+             "Port of the GPU telemetry `/metrics` endpoint; `0` disables telemetry.",
+             _int_in(0, 65535, 9400), "9400", "--telemetry-port"),
+    Variable("T4SERVE_SHUTDOWN_TIMEOUT", "shutdown_timeout", "30", "30",
+             "Seconds vLLM drains in-flight requests on SIGTERM (`--shutdown-timeout`).",
+             _int_in(0, 3600, 30), "30", "--shutdown-timeout"),
+    Variable("T4SERVE_MAX_RESTARTS", "max_restarts", "3", "3",
+             "Unexpected vLLM exits tolerated within the restart window before the container exits non-zero.",
+             _int_in(0, 1000, 3), "3", "--max-restarts"),
+    Variable("T4SERVE_RESTART_WINDOW", "restart_window", "300", "300",
+             "Seconds over which vLLM exits are counted against T4SERVE_MAX_RESTARTS.",
+             _int_in(1, 86400, 300), "300", "--restart-window"),
+    Variable("T4SERVE_CANARY", "canary", "on", "on",
+             "`on`: ready only after a fixed greedy completion answers correctly; `off`: ready when /health is up.",
+             _on_off, "on", "--canary"),
+)  # fmt: skip
+
+VARIABLES_BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, parsed and validated. `origins` says where each came from: "env", "flag" or "default"."""
+
+    model: ModelChoice
+    served_model_name: str
+    host: str
+    port: int
+    max_model_len: int | None
+    max_num_seqs: int | None
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    dtype: str
+    preflight: str
+    vllm_args: tuple[str, ...]
+    hf_token: Secret | None
+    hf_token_file: str | None
+    hf_home: str
+    hf_hub_offline: bool
+    log_level: str
+    manifest: str
+    state_dir: str
+    cache_dir: str
+    telemetry_port: int
+    shutdown_timeout: int
+    max_restarts: int
+    restart_window: int
+    canary: bool
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_environ(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        overrides: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> Settings:
+        """Parse the table from `environ` (default os.environ), with `overrides` (command-line flags) on top.
+
+        An empty value counts as unset, so `T4SERVE_MAX_MODEL_LEN=` in a compose file means the default.
+        Every bad value is reported, in one ConfigError.
+        """
+        env = dict(os.environ if environ is None else environ)
+        flags = dict(overrides or {})
+        ctx = _Context(env, Path(cwd) if cwd is not None else Path.cwd())
+        values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        errors: list[ConfigError] = []
+        for var in VARIABLES:
+            raw: str | None
+            if flags.get(var.name, "") != "":
+                raw, origin = flags[var.name], "flag"
+            elif env.get(var.name, "") != "":
+                raw, origin = env[var.name], "env"
+            else:
+                raw, origin = var.default, "default"
+            origins[var.name] = origin
+            if raw is None:
+                values[var.field] = var.default_from(ctx) if var.default_from else None
+                continue
+            try:
+                values[var.field] = var.parse(raw, ctx)
+            except _Invalid as exc:
+                errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix))
+        if errors:
+            raise _combine(errors)
+        return cls._finish(values, origins)
+
+    @classmethod
+    def _finish(cls, values: dict[str, Any], origins: dict[str, str]) -> Settings:
+        errors: list[ConfigError] = []
+        token_file = values.pop("hf_token_file")
+        token_file_secret: Secret | None = None
+        if token_file is not None:
+            try:
+                token_file_secret = _token_file(token_file, _Context({}, Path("/")))
+            except _Invalid as exc:
+                errors.append(
+                    _error(
+                        VARIABLES_BY_NAME["HF_TOKEN_FILE"],
+                        token_file,
+                        origins["HF_TOKEN_FILE"],
+                        exc.reason,
+                        exc.example,
+                        exc.fix,
+                    )
+                )
+        if values["hf_token"] is not None and token_file is not None:
+            errors.append(
+                ConfigError(
+                    "HF_TOKEN and HF_TOKEN_FILE are both set: set only one",
+                    found=f"HF_TOKEN={REDACTED}, HF_TOKEN_FILE={token_file}",
+                    required="at most one of HF_TOKEN, HF_TOKEN_FILE",
+                    fix="unset HF_TOKEN and keep HF_TOKEN_FILE (a secret file keeps the token out of `docker inspect`)",
+                )
+            )
+        if values["telemetry_port"] != 0 and values["telemetry_port"] == values["port"]:
+            errors.append(
+                ConfigError(
+                    f"T4SERVE_TELEMETRY_PORT={values['telemetry_port']}: must differ from T4SERVE_PORT",
+                    found=f"T4SERVE_PORT={values['port']}, T4SERVE_TELEMETRY_PORT={values['telemetry_port']}",
+                    required="two different ports, or T4SERVE_TELEMETRY_PORT=0 to disable telemetry",
+                    fix="set T4SERVE_TELEMETRY_PORT=9400",
+                )
+            )
+        if errors:
+            raise _combine(errors)
+        if values["served_model_name"] is None:
+            model: ModelChoice = values["model"]
+            values["served_model_name"] = model.repo_id or Path(model.target).name
+        values["hf_token"] = values["hf_token"] or token_file_secret
+        return cls(**values, hf_token_file=token_file, origins=origins)
+
+    def value_text(self, var: Variable) -> str:
+        """The setting as a user would write it back; secrets redacted."""
+        if var.secret:
+            return REDACTED if getattr(self, var.field) is not None else "(unset)"
+        value = getattr(self, var.field)
+        if var.field == "model":
+            return f"{value.requested} ({value.target})" if value.requested != value.target else value.target
+        if value is None:
+            return "auto" if var.default_doc == "auto" else "(unset)"
+        if isinstance(value, bool):
+            return ("on" if value else "off") if var.field == "canary" else ("1" if value else "0")
+        if isinstance(value, tuple):
+            return shlex.join(value) if value else "(none)"
+        return str(value)
+
+    def summary(self) -> str:
+        """Every setting beside its default and where it came from; secrets redacted."""
+        width = max(len(v.name) for v in VARIABLES)
+        texts = [self.value_text(v) for v in VARIABLES]
+        value_width = min(max(len(t) for t in texts), 48)
+        lines = []
+        for var, text in zip(VARIABLES, texts, strict=True):
+            origin = self.origins.get(var.name, "default")
+            mark = "" if origin == "default" else f"  [set by {origin}]"
+            lines.append(f"  {var.name:<{width}}  {text:<{value_width}}  default: {var.default_doc}{mark}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe view (secrets redacted): variable name -> {value, default, origin}."""
+        return {
+            var.name: {
+                "value": self.value_text(var),
+                "default": var.default_doc,
+                "origin": self.origins.get(var.name, "default"),
+            }
+            for var in VARIABLES
+        }
+
+
+def _error(var: Variable, raw: str, origin: str, reason: str, example: str, fix: str | None = None) -> ConfigError:
+    shown = REDACTED if var.secret else raw
+    where = f" (from {var.option})" if origin == "flag" and var.option else ""
+    default = f", or unset it for the default ({var.default_doc})" if not var.secret else ""
+    return ConfigError(
+        f"{var.name}={shown}{where}: {reason}, e.g. {example}",
+        found=f"{var.name}={shown}",
+        fix=fix or f"set {var.name}={example}{default}",
+    )
+
+
+def _combine(errors: list[ConfigError]) -> ConfigError:
+    if len(errors) == 1:
+        return errors[0]
+    return ConfigError(
+        f"{len(errors)} settings are invalid:\n" + "\n".join("  - " + e.message().replace("\n", "\n  ") for e in errors)
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def settings_options(func: F) -> F:
+    """Add one click option per table row (`envvar=` shown in --help) and pass the parsed `settings=` to `func`.
+
+    Values given on the command line override the environment; the environment itself is read by
+    `Settings.from_environ`, so a flag and its variable are validated by the same parser.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        overrides: dict[str, str] = {}
+        for var in VARIABLES:
+            if var.option is None:
+                continue
+            value = kwargs.pop(var.param, None)
+            if value is not None and ctx.get_parameter_source(var.param) is click.core.ParameterSource.COMMANDLINE:
+                overrides[var.name] = value
+        return func(*args, settings=Settings.from_environ(os.environ, overrides=overrides), **kwargs)
+
+    decorated: Any = wrapper
+    for var in reversed(VARIABLES):
+        if var.option is None:
+            continue
+        decorated = click.option(
+            var.option,
+            var.param,
+            envvar=var.name,
+            show_envvar=True,
+            default=None,
+            metavar=_metavar(var),
+            help=f"{var.doc} [default: {var.default_doc}]",
+        )(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def _metavar(var: Variable) -> str:
+    return {"model": "MODEL", "vllm_args": "FLAGS", "dtype": "DTYPE", "host": "ADDR"}.get(
+        var.field, "PATH" if var.parse is _path else "VALUE"
+    )
+
+
+def markdown_table() -> str:
+    """The README's environment table, generated from VARIABLES (a unit test keeps README equal to it)."""
+    lines = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
+    for var in VARIABLES:
+        flag = f"`{var.option}`" if var.option else "(none: secret)"
+        doc = var.doc.replace("|", "\\|")
+        lines.append(f"| `{var.name}` | {flag} | {var.default_doc} | {doc} |")
+    return "\n".join(lines) + "\n"

@@ -32,6 +32,8 @@ class GpuDevice:
     sm_clock_max_mhz: int | None
     memory_clock_max_mhz: int | None
     pci_bus_id: str | None = None
+    # Field name -> why NVML could not read it (e.g. power limits "Not Supported" on some boards), for each None above.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,12 @@ class HostFacts:
     disks: list[DiskFacts] = field(default_factory=list)
     # (host, port) pairs that were already bound when probed, for the port-in-use finding.
     ports_in_use: list[int] = field(default_factory=list)
+    # How cpu_count was reached: the affinity mask and the cgroup CPU quota that capped it.
+    cpu_count_how: str | None = None
+    # The cgroup file whose limit became cgroup_memory_limit_bytes (the tightest on the path up), for messages.
+    cgroup_memory_limit_file: str | None = None
+    # "host:port" -> why binding it failed (address in use, permission denied), for each port in ports_in_use.
+    port_bind_errors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

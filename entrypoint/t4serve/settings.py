@@ -318,7 +318,7 @@ def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
         problem = vllm_flag_conflict(arg)
         if problem is not None:
             flag = arg.split("=", 1)[0]
-            use = CONTROLLED_FLAGS.get(_canonical_flag(flag))
+            use = next((v for f, v in CONTROLLED_FLAGS.items() if _names_flag(_canonical_flag(flag), f)), None)
             fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
             raise _Invalid(problem, "--enforce-eager", fix)
     return tuple(args)
@@ -341,12 +341,17 @@ def vllm_flag_conflict(arg: str) -> str | None:
                 return f"must not contain {name}: {why}"
         return None
     for flag, variable in CONTROLLED_FLAGS.items():
-        if name == flag or (len(name) > 3 and flag.startswith(name)):
+        if _names_flag(name, flag):
             return f"must not contain {name}: t4serve sets {flag} itself; use {variable} instead"
     for flag, why in FIXED_FLAGS.items():
-        if flag.startswith("--") and (name == flag or (len(name) > 3 and flag.startswith(name))):
+        if flag.startswith("--") and _names_flag(name, flag):
             return f"must not contain {name}: {why}"
     return None
+
+
+def _names_flag(name: str, flag: str) -> bool:
+    """`name` is `flag` or an abbreviation argparse would expand to it (vLLM's parser allows abbreviations)."""
+    return name == flag or (len(name) > 3 and flag.startswith(name))
 
 
 def _canonical_flag(flag: str) -> str:
@@ -714,7 +719,13 @@ def _metavar(var: Variable) -> str:
 
 def markdown_table() -> str:
     """The README's environment table, generated from VARIABLES (a unit test keeps README equal to it)."""
-    lines = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
+    lines = [
+        "Every variable is also a flag of `t4serve serve`, `plan`, `preflight`, `probe` and `env` (the flag wins); "
+        "an empty value counts as unset. `t4serve env` prints the values in effect.",
+        "",
+        "| Variable | Flag | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
     for var in VARIABLES:
         flag = f"`{var.option}`" if var.option else "(none: secret)"
         doc = var.doc.replace("|", "\\|")

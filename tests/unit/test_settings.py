@@ -1,0 +1,370 @@
+"""Settings: every variable's default and parse, every class of bad value, secrets never shown, options and table."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from t4serve.errors import ConfigError
+from t4serve.settings import (
+    BF16_REPO,
+    QAT_REPO,
+    VARIABLES,
+    Secret,
+    Settings,
+    markdown_table,
+    parse_size,
+    settings_options,
+    vllm_flag_conflict,
+)
+
+TOKEN = "hf_SECRETvalue123"
+
+
+def parse(env: dict[str, str], cwd: Path | None = None) -> Settings:
+    return Settings.from_environ(env, cwd=cwd or Path("/"))
+
+
+def error_for(env: dict[str, str], cwd: Path | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse(env, cwd)
+    assert info.value.exit_code == 2
+    return info.value
+
+
+def test_defaults() -> None:
+    s = parse({"HOME": "/home/u"})
+    assert s.model.target == QAT_REPO and s.model.kind == "alias"
+    assert s.served_model_name == QAT_REPO
+    assert (s.host, s.port) == ("0.0.0.0", 8000)
+    assert s.max_model_len is None and s.max_num_seqs is None and s.kv_cache_memory_bytes is None
+    assert s.gpu_memory_utilization == 0.9
+    assert s.dtype == "auto" and s.preflight == "strict"
+    assert s.vllm_args == ()
+    assert s.hf_token is None and s.hf_token_file is None
+    assert s.hf_hub_offline is False and s.log_level == "info"
+    assert s.manifest == "/etc/t4serve/build-manifest.json"
+    assert (s.state_dir, s.cache_dir) == ("/tmp/t4serve", "/cache/t4serve")
+    assert s.telemetry_port == 9400 and s.shutdown_timeout == 30
+    assert (s.max_restarts, s.restart_window, s.canary) == (3, 300, True)
+    assert all(origin == "default" for origin in s.origins.values())
+
+
+def test_every_variable_has_a_row_and_a_default_doc() -> None:
+    names = [v.name for v in VARIABLES]
+    assert len(names) == len(set(names))
+    for required in [
+        "T4SERVE_MODEL",
+        "T4SERVE_SERVED_MODEL_NAME",
+        "T4SERVE_HOST",
+        "T4SERVE_PORT",
+        "T4SERVE_MAX_MODEL_LEN",
+        "T4SERVE_MAX_NUM_SEQS",
+        "T4SERVE_GPU_MEMORY_UTILIZATION",
+        "T4SERVE_KV_CACHE_MEMORY_BYTES",
+        "T4SERVE_DTYPE",
+        "T4SERVE_PREFLIGHT",
+        "T4SERVE_VLLM_ARGS",
+        "HF_TOKEN",
+        "HF_TOKEN_FILE",
+        "HF_HOME",
+        "HF_HUB_OFFLINE",
+        "T4SERVE_LOG_LEVEL",
+        "T4SERVE_MANIFEST",
+        "T4SERVE_STATE_DIR",
+        "T4SERVE_CACHE_DIR",
+        "T4SERVE_TELEMETRY_PORT",
+        "T4SERVE_SHUTDOWN_TIMEOUT",
+        "T4SERVE_MAX_RESTARTS",
+        "T4SERVE_RESTART_WINDOW",
+        "T4SERVE_CANARY",
+    ]:
+        assert required in names
+    # The secret has no flag: a token on a command line shows in `ps`.
+    assert [v.option for v in VARIABLES if v.secret] == [None]
+
+
+@pytest.mark.parametrize(
+    ("env", "field", "expected"),
+    [
+        ({"T4SERVE_MODEL": "bf16"}, "served_model_name", BF16_REPO),
+        ({"T4SERVE_MODEL": "QAT"}, "served_model_name", QAT_REPO),
+        ({"T4SERVE_MODEL": "org/name-1.5"}, "served_model_name", "org/name-1.5"),
+        ({"T4SERVE_SERVED_MODEL_NAME": "gemma"}, "served_model_name", "gemma"),
+        ({"T4SERVE_HOST": "127.0.0.1"}, "host", "127.0.0.1"),
+        ({"T4SERVE_HOST": "::"}, "host", "::"),
+        ({"T4SERVE_HOST": "my-host.local"}, "host", "my-host.local"),
+        ({"T4SERVE_PORT": "65535"}, "port", 65535),
+        ({"T4SERVE_MAX_MODEL_LEN": "16384"}, "max_model_len", 16384),
+        ({"T4SERVE_MAX_MODEL_LEN": "AUTO"}, "max_model_len", None),
+        ({"T4SERVE_MAX_NUM_SEQS": "8"}, "max_num_seqs", 8),
+        ({"T4SERVE_GPU_MEMORY_UTILIZATION": "1"}, "gpu_memory_utilization", 1.0),
+        ({"T4SERVE_GPU_MEMORY_UTILIZATION": "0.85"}, "gpu_memory_utilization", 0.85),
+        ({"T4SERVE_KV_CACHE_MEMORY_BYTES": "2.5GiB"}, "kv_cache_memory_bytes", 2684354560),
+        ({"T4SERVE_KV_CACHE_MEMORY_BYTES": "3 GB"}, "kv_cache_memory_bytes", 3_000_000_000),
+        ({"T4SERVE_KV_CACHE_MEMORY_BYTES": "1048576"}, "kv_cache_memory_bytes", 1048576),
+        ({"T4SERVE_DTYPE": "half"}, "dtype", "float16"),
+        ({"T4SERVE_DTYPE": "bfloat16"}, "dtype", "bfloat16"),
+        ({"T4SERVE_PREFLIGHT": "warn"}, "preflight", "warn"),
+        ({"T4SERVE_VLLM_ARGS": "--enforce-eager --attention-backend 'TRITON_ATTN'"}, "vllm_args",
+         ("--enforce-eager", "--attention-backend", "TRITON_ATTN")),
+        ({"HF_HOME": "/cache/huggingface"}, "hf_home", "/cache/huggingface"),
+        ({"XDG_CACHE_HOME": "/xdg"}, "hf_home", "/xdg/huggingface"),
+        ({"HF_HUB_OFFLINE": "1"}, "hf_hub_offline", True),
+        ({"HF_HUB_OFFLINE": "TRUE"}, "hf_hub_offline", True),
+        ({"HF_HUB_OFFLINE": "false"}, "hf_hub_offline", False),
+        ({"T4SERVE_LOG_LEVEL": "WARN"}, "log_level", "warning"),
+        ({"T4SERVE_MANIFEST": "/m.json"}, "manifest", "/m.json"),
+        ({"T4SERVE_STATE_DIR": "/run/t4"}, "state_dir", "/run/t4"),
+        ({"T4SERVE_CACHE_DIR": "/c"}, "cache_dir", "/c"),
+        ({"T4SERVE_TELEMETRY_PORT": "0"}, "telemetry_port", 0),
+        ({"T4SERVE_SHUTDOWN_TIMEOUT": "0"}, "shutdown_timeout", 0),
+        ({"T4SERVE_MAX_RESTARTS": "0"}, "max_restarts", 0),
+        ({"T4SERVE_RESTART_WINDOW": "60"}, "restart_window", 60),
+        ({"T4SERVE_CANARY": "off"}, "canary", False),
+        # An empty value is unset: compose files write `VAR: ""` for "default".
+        ({"T4SERVE_PORT": ""}, "port", 8000),
+    ],
+)  # fmt: skip
+def test_each_variable_parses(env: dict[str, str], field: str, expected: object) -> None:
+    assert getattr(parse(env), field) == expected
+
+
+def test_local_model_directory(tmp_path: Path) -> None:
+    model = tmp_path / "gemma"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    absolute = parse({"T4SERVE_MODEL": str(model)})
+    assert absolute.model.kind == "local" and absolute.model.target == str(model)
+    assert absolute.model.repo_id is None
+    assert absolute.served_model_name == "gemma"
+    relative = parse({"T4SERVE_MODEL": "./gemma"}, cwd=tmp_path)
+    assert relative.model.target == str(model)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        ("T4SERVE_GPU_MEMORY_UTILIZATION", "1.4", "must be a number in (0, 1], e.g. 0.9"),
+        ("T4SERVE_GPU_MEMORY_UTILIZATION", "0", "must be a number in (0, 1]"),
+        ("T4SERVE_GPU_MEMORY_UTILIZATION", "nan", "must be a number in (0, 1]"),
+        ("T4SERVE_GPU_MEMORY_UTILIZATION", "most", "must be a number in (0, 1]"),
+        ("T4SERVE_PORT", "http", "must be an integer from 1 to 65535, e.g. 8000"),
+        ("T4SERVE_PORT", "0", "must be an integer from 1 to 65535"),
+        ("T4SERVE_PORT", "70000", "must be an integer from 1 to 65535"),
+        ("T4SERVE_TELEMETRY_PORT", "-1", "must be an integer from 0 to 65535"),
+        ("T4SERVE_MAX_MODEL_LEN", "lots", 'must be "auto" or an integer >= 16, e.g. 16384'),
+        ("T4SERVE_MAX_MODEL_LEN", "8", 'must be "auto" or an integer >= 16'),
+        ("T4SERVE_MAX_NUM_SEQS", "0", 'must be "auto" or an integer >= 1, e.g. 8'),
+        ("T4SERVE_KV_CACHE_MEMORY_BYTES", "2.5 gigs", 'must be "auto" or a size in bytes'),
+        ("T4SERVE_KV_CACHE_MEMORY_BYTES", "0", 'must be "auto" or a size in bytes'),
+        ("T4SERVE_DTYPE", "int8", "must be one of auto, float16, bfloat16, float32"),
+        ("T4SERVE_PREFLIGHT", "lenient", "must be one of strict, warn"),
+        ("T4SERVE_LOG_LEVEL", "loud", "must be one of debug, info, warning, error"),
+        ("HF_HUB_OFFLINE", "maybe", "must be one of 0, 1, true, false"),
+        ("T4SERVE_CANARY", "sometimes", "must be on or off"),
+        ("T4SERVE_SHUTDOWN_TIMEOUT", "-5", "must be an integer from 0 to 3600"),
+        ("T4SERVE_MAX_RESTARTS", "many", "must be an integer from 0 to 1000"),
+        ("T4SERVE_RESTART_WINDOW", "0", "must be an integer from 1 to 86400"),
+        ("T4SERVE_MODEL", "gemma", "must be qat, bf16, a Hugging Face repo id (org/name), or a local directory"),
+        ("T4SERVE_MODEL", "org/na..me", "must be qat, bf16, a Hugging Face repo id"),
+        ("T4SERVE_MODEL", "a/b/c", "must be qat, bf16, a Hugging Face repo id"),
+        ("T4SERVE_MODEL", "/nonexistent/model", "must be an existing directory holding config.json"),
+        ("T4SERVE_SERVED_MODEL_NAME", "my model", "must be one word without whitespace"),
+        ("T4SERVE_HOST", "not a host!", "must be an IP address or a host name"),
+        ("T4SERVE_VLLM_ARGS", "--chat-template 'unclosed", "must be shell-quoted flags (No closing quotation)"),
+    ],
+)
+def test_bad_values_name_variable_value_accepted_and_example(name: str, value: str, accepted: str) -> None:
+    error = error_for({name: value})
+    first_line = error.message().splitlines()[0]
+    assert first_line.startswith(f"{name}={value}: ")
+    assert accepted in first_line
+    assert ", e.g. " in first_line
+    assert error.fix is not None and error.fix.startswith(f"set {name}=")
+
+
+def test_directory_without_config_json(tmp_path: Path) -> None:
+    error = error_for({"T4SERVE_MODEL": str(tmp_path)})
+    assert f"{tmp_path}/config.json is missing" in error.message()
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "variable"),
+    [
+        ("--port 9000", "--port", "T4SERVE_PORT"),
+        ("--max_model_len=4096", "--max-model-len", "T4SERVE_MAX_MODEL_LEN"),
+        ("--max-model 4096", "--max-model", "T4SERVE_MAX_MODEL_LEN"),
+        ("--gpu-memory-utilization 0.5", "--gpu-memory-utilization", "T4SERVE_GPU_MEMORY_UTILIZATION"),
+        ("--enforce-eager --dtype=bfloat16", "--dtype", "T4SERVE_DTYPE"),
+        ("--served-model-name x", "--served-model-name", "T4SERVE_SERVED_MODEL_NAME"),
+        ("--kv-cache-memory-bytes 1G", "--kv-cache-memory-bytes", "T4SERVE_KV_CACHE_MEMORY_BYTES"),
+        ("--max-num-seqs 4", "--max-num-seqs", "T4SERVE_MAX_NUM_SEQS"),
+        ("--host 1.2.3.4", "--host", "T4SERVE_HOST"),
+        ("--model x/y", "--model", "T4SERVE_MODEL"),
+        ("--shutdown-timeout 5", "--shutdown-timeout", "T4SERVE_SHUTDOWN_TIMEOUT"),
+        ("--hf-token abc", "--hf-token", "HF_TOKEN or HF_TOKEN_FILE"),
+        ("--download-dir /x", "--download-dir", "HF_HOME"),
+    ],
+)
+def test_vllm_args_conflicts_name_flag_and_variable(args: str, flag: str, variable: str) -> None:
+    message = error_for({"T4SERVE_VLLM_ARGS": args}).message()
+    assert f"must not contain {flag}" in message
+    assert f"use {variable} instead" in message
+    assert f"set {variable} instead" in message
+
+
+@pytest.mark.parametrize(
+    ("arg", "why"),
+    [
+        ("--kv-cache-dtype", "--kv-cache-dtype auto"),
+        ("--tensor-parallel-size", "one GPU"),
+        ("-tp", "one GPU"),
+        ("-tp2", "one GPU"),
+        ("--config", "YAML"),
+    ],
+)
+def test_vllm_args_fixed_flags(arg: str, why: str) -> None:
+    problem = vllm_flag_conflict(arg)
+    assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize("arg", ["--attention-backend", "--attention_backend=TRITON_ATTN", "--enforce-eager", "x", "-"])
+def test_vllm_args_allowed(arg: str) -> None:
+    assert vllm_flag_conflict(arg) is None
+
+
+def test_token_from_env_is_a_secret() -> None:
+    s = parse({"HF_TOKEN": TOKEN})
+    assert isinstance(s.hf_token, Secret) and s.hf_token.reveal() == TOKEN
+    for text in (repr(s), str(s), f"{s.hf_token}", s.summary(), str(s.to_dict())):
+        assert TOKEN not in text
+    assert "<redacted>" in s.summary()
+    with pytest.raises(TypeError):
+        pickle.dumps(s.hf_token)
+
+
+def test_token_from_file(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    s = parse({"HF_TOKEN_FILE": str(token_file)})
+    assert s.hf_token is not None and s.hf_token.reveal() == TOKEN
+    assert s.hf_token_file == str(token_file)
+    assert TOKEN not in repr(s) and TOKEN not in s.summary()
+
+
+def test_token_and_token_file_both_set_is_an_error(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("hf_other")
+    message = error_for({"HF_TOKEN": TOKEN, "HF_TOKEN_FILE": str(token_file)}).message()
+    assert "HF_TOKEN and HF_TOKEN_FILE are both set" in message
+    assert TOKEN not in message and "hf_other" not in message
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: p / "absent", "does not exist"),
+        (lambda p: (p / "empty").write_text("  \n") and p / "empty", "is empty"),
+        (lambda p: p, "is a directory"),
+        (lambda p: (p / "bin").write_bytes(b"\xff\xfe\x00") and p / "bin", "readable UTF-8 file"),
+        (lambda p: (p / "two").write_text("hf_a hf_b") and p / "two", "whitespace inside"),
+    ],
+)
+def test_token_file_problems(tmp_path: Path, make: object, expected: str) -> None:
+    path = make(tmp_path)  # type: ignore[operator]
+    message = error_for({"HF_TOKEN_FILE": str(path)}).message()
+    assert message.startswith(f"HF_TOKEN_FILE={path}: ")
+    assert expected in message
+    assert "hf_a" not in message
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_token_file_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text(TOKEN)
+    path.chmod(0)
+    message = error_for({"HF_TOKEN_FILE": str(path)}).message()
+    assert "is not readable" in message and TOKEN not in message
+
+
+def test_bad_token_value_is_redacted_in_the_error() -> None:
+    message = error_for({"HF_TOKEN": "hf_abc def"}).message()
+    assert "hf_abc" not in message
+    assert message.startswith("HF_TOKEN=<redacted>: must be one token without whitespace")
+
+
+def test_telemetry_port_must_differ_from_port() -> None:
+    message = error_for({"T4SERVE_PORT": "9400"}).message()
+    assert "T4SERVE_TELEMETRY_PORT=9400: must differ from T4SERVE_PORT" in message
+    assert parse({"T4SERVE_PORT": "9400", "T4SERVE_TELEMETRY_PORT": "0"}).telemetry_port == 0
+
+
+def test_all_bad_values_reported_at_once() -> None:
+    message = error_for({"T4SERVE_PORT": "x", "T4SERVE_DTYPE": "int4"}).message()
+    assert message.startswith("2 settings are invalid:")
+    assert "T4SERVE_PORT=x" in message and "T4SERVE_DTYPE=int4" in message
+
+
+def test_parse_size_units() -> None:
+    assert parse_size("1KiB") == 1024
+    assert parse_size("1kb") == 1000
+    assert parse_size("1.5MiB") == 1572864
+    assert parse_size("7") == 7
+    for bad in ("", "GiB", "-1GiB", "1 parsec", "0.1"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_summary_lists_every_setting_beside_its_default_and_origin() -> None:
+    s = parse({"T4SERVE_PORT": "8080"})
+    lines = s.summary().splitlines()
+    assert len(lines) == len(VARIABLES)
+    for var, line in zip(VARIABLES, lines, strict=True):
+        assert line.split()[0] == var.name
+        assert f"default: {var.default_doc}" in line
+    port_line = next(line for line in lines if line.split()[0] == "T4SERVE_PORT")
+    assert "8080" in port_line and "[set by env]" in port_line
+    assert s.to_dict()["T4SERVE_PORT"] == {"value": "8080", "default": "8000", "origin": "env"}
+
+
+def test_markdown_table_has_every_variable() -> None:
+    table = markdown_table()
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [v.name for v in VARIABLES]
+    assert "(none: secret)" in next(row for row in rows if row.startswith("| `HF_TOKEN` "))
+
+
+@click.command()
+@settings_options
+def _show(settings: Settings) -> None:
+    click.echo(f"{settings.port} {settings.origins['T4SERVE_PORT']} {settings.model.target}")
+
+
+def test_options_read_env_and_flags_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    for var in VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    monkeypatch.setenv("T4SERVE_PORT", "8001")
+    result = runner.invoke(_show, [])
+    assert result.output.strip() == f"8001 env {QAT_REPO}"
+    result = runner.invoke(_show, ["--port", "8002", "--model", "bf16"])
+    assert result.output.strip() == f"8002 flag {BF16_REPO}"
+    result = runner.invoke(_show, ["--port", "nope"])
+    assert isinstance(result.exception, ConfigError)
+    assert "T4SERVE_PORT=nope (from --port): must be an integer" in result.exception.message()
+
+
+def test_help_shows_every_option_with_its_variable() -> None:
+    text = CliRunner().invoke(_show, ["--help"], terminal_width=200).output
+    for var in VARIABLES:
+        if var.option:
+            assert var.option in text
+            assert var.name in text
+    # The token itself has no option: on a command line it would show in `ps`.
+    assert "--hf-token " not in text and "env var: HF_TOKEN]" not in text

@@ -1,0 +1,91 @@
+"""Fixtures for the image tests: the Docker client, the image under test (built by scripts/build-image when absent),
+and `run_in_image` to run a command in a throwaway container of it. Every test here is marked `image`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# The docker.io package's client: BuildKit built in; a newer client first on PATH may lack buildx.
+DEFAULT_DOCKER = "/usr/bin/docker"
+DEFAULT_IMAGE = "t4serve:dev"
+# Bounds: a command in a container, and a full cold build (pip install of the lock takes minutes).
+RUN_TIMEOUT_S = 300
+BUILD_TIMEOUT_S = 3600
+
+RunInImage = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def docker_bin() -> str:
+    docker = os.environ.get("DOCKER", DEFAULT_DOCKER)
+    try:
+        info = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"docker client {docker} cannot run: {exc}; fix: run scripts/docker-engine (or set DOCKER)")
+    if info.returncode != 0:
+        pytest.fail(f"no Docker engine answers {docker}: {info.stderr.strip()}; fix: run scripts/docker-engine")
+    return docker
+
+
+@pytest.fixture(scope="session")
+def image_ref(docker_bin: str) -> str:
+    image = os.environ.get("T4SERVE_IMAGE", DEFAULT_IMAGE)
+    if subprocess.run([docker_bin, "image", "inspect", image], capture_output=True).returncode != 0:
+        build = subprocess.run(
+            [str(REPO / "scripts" / "build-image")],
+            env={**os.environ, "T4SERVE_IMAGE": image, "DOCKER": docker_bin},
+            timeout=BUILD_TIMEOUT_S,
+        )
+        if build.returncode != 0:
+            pytest.fail(f"scripts/build-image could not build {image} (exit {build.returncode}; its output is above)")
+    return image
+
+
+@pytest.fixture(scope="session")
+def image_config(docker_bin: str, image_ref: str) -> dict[str, Any]:
+    out = subprocess.run([docker_bin, "image", "inspect", image_ref], capture_output=True, text=True, check=True)
+    config: dict[str, Any] = json.loads(out.stdout)[0]["Config"]
+    return config
+
+
+@pytest.fixture(scope="session")
+def run_in_image(docker_bin: str, image_ref: str) -> RunInImage:
+    """`run_in_image(*args, entrypoint=None, env=None, user=None, timeout=RUN_TIMEOUT_S)`: `docker run --rm` of the
+    image with `args` after the image name (arguments to the entrypoint, or the command when `entrypoint` is given),
+    no GPU requested; returns the finished process with text stdout/stderr."""
+
+    def run(
+        *args: str,
+        entrypoint: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        extra: Sequence[str] = (),
+        timeout: float = RUN_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [docker_bin, "run", "--rm", *extra]
+        if entrypoint is not None:
+            cmd += ["--entrypoint", entrypoint]
+        for key, value in (env or {}).items():
+            cmd += ["-e", f"{key}={value}"]
+        if user is not None:
+            cmd += ["--user", user]
+        return subprocess.run([*cmd, image_ref, *args], capture_output=True, text=True, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def manifest_data(run_in_image: RunInImage) -> dict[str, Any]:
+    """The build manifest exactly as stored in the image."""
+    out = run_in_image("/etc/t4serve/build-manifest.json", entrypoint="cat")
+    assert out.returncode == 0, f"no build manifest in the image: {out.stderr}"
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data

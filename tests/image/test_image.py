@@ -1,0 +1,340 @@
+"""The built image, checked from outside (docker inspect, docker save) and inside (throwaway containers, no GPU).
+
+Covers issue 3's list: CLI and `patch verify` run, torch is CUDA 13 with sm_75, vLLM imports, the manifest equals
+what is installed and what the labels say, non-root, no CA bundle in any layer, no-GPU exit 3, healthcheck, and the
+code-only rebuild (its time is printed, never asserted).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from t4serve.facts import BuildManifest
+from t4serve.serde import from_dict
+
+from .conftest import REPO, RunInImage
+
+pytestmark = pytest.mark.image
+
+# Label -> manifest field; scripts/build-image takes the label values from the lock, the build checks them.
+LABEL_FIELDS = {
+    "org.opencontainers.image.version": "t4serve_version",
+    "org.opencontainers.image.base.name": "base_image",
+    "io.t4serve.vllm.version": "vllm_version",
+    "io.t4serve.torch.version": "torch_version",
+    "io.t4serve.triton.version": "triton_version",
+    "io.t4serve.transformers.version": "transformers_version",
+}
+# Published cold loads on a T4 took 98-157 s (FACTS.md); the start period must cover that with room for a download.
+SLOWEST_PUBLISHED_LOAD_S = 157
+
+
+def test_cli_help_runs(run_in_image: RunInImage) -> None:
+    out = run_in_image("--help")
+    assert out.returncode == 0, out.stderr
+    for subcommand in ("serve", "healthcheck", "patch", "build-manifest"):
+        assert subcommand in out.stdout
+
+
+def test_patch_verify_passes(run_in_image: RunInImage) -> None:
+    out = run_in_image("patch", "verify", timeout=600)
+    assert out.returncode == 0, f"t4serve patch verify failed (exit {out.returncode}):\n{out.stdout}\n{out.stderr}"
+
+
+def test_torch_is_cuda_13_with_turing_in_its_arch_list(run_in_image: RunInImage) -> None:
+    code = "import json, torch; print(json.dumps([torch.version.cuda, torch.cuda.get_arch_list()]))"
+    out = run_in_image("-c", code, entrypoint="python3")
+    assert out.returncode == 0, out.stderr
+    cuda, arch_list = json.loads(out.stdout.strip().splitlines()[-1])
+    assert cuda == "13.0"
+    assert "sm_75" in arch_list
+
+
+def test_vllm_imports(run_in_image: RunInImage, manifest_data: dict[str, Any]) -> None:
+    out = run_in_image("-c", "import vllm; print(vllm.__version__)", entrypoint="python3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == manifest_data["vllm_version"]
+
+
+def test_manifest_matches_what_is_installed(run_in_image: RunInImage, manifest_data: dict[str, Any]) -> None:
+    manifest = from_dict(BuildManifest, manifest_data)
+    assert manifest.present and manifest.path == "/etc/t4serve/build-manifest.json"
+    # Re-read everything inside a fresh container, by other means than the build used where possible.
+    code = (
+        "import json, platform, torch, vllm, triton, transformers, t4serve\n"
+        "print(json.dumps({'python_version': platform.python_version(), 'torch_version': torch.__version__,\n"
+        "  'torch_cuda_version': torch.version.cuda, 'torch_arch_list': torch.cuda.get_arch_list(),\n"
+        "  'vllm_version': vllm.__version__, 'triton_version': triton.__version__,\n"
+        "  'transformers_version': transformers.__version__, 't4serve_version': t4serve.__version__}))"
+    )
+    out = run_in_image("-c", code, entrypoint="python3")
+    assert out.returncode == 0, out.stderr
+    installed = json.loads(out.stdout.strip().splitlines()[-1])
+    # torch.__version__ may carry a local build tag (+cu130); the manifest holds the distribution version.
+    installed["torch_version"] = installed["torch_version"].split("+")[0]
+    for field, value in installed.items():
+        assert getattr(manifest, field) == value, f"manifest {field}={getattr(manifest, field)!r}, installed {value!r}"
+    assert manifest.clamp is not None, "the manifest carries no clamp proof"
+    assert manifest.clamp.vllm_version == installed["vllm_version"]
+    assert manifest.clamp.state in ("applied", "not-needed")
+
+
+def test_entrypoint_reads_the_manifest_from_the_environment(image_config: dict[str, Any]) -> None:
+    env = dict(item.split("=", 1) for item in image_config["Env"])
+    assert env["T4SERVE_MANIFEST"] == "/etc/t4serve/build-manifest.json"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert env["HF_HOME"] == "/cache/huggingface"
+    for key in ("TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[key].startswith("/cache/compile/")
+    assert env["T4SERVE_CACHE_DIR"] == "/cache/t4serve"
+    assert env["T4SERVE_STATE_DIR"] == "/tmp/t4serve"
+    assert "/cache" in (image_config.get("Volumes") or {})
+    assert image_config["Entrypoint"] == ["t4serve"]
+    assert image_config["Cmd"] == ["serve"]
+    assert image_config["StopSignal"] == "SIGTERM"
+
+
+def test_labels_equal_the_manifest(image_config: dict[str, Any], manifest_data: dict[str, Any]) -> None:
+    labels = image_config.get("Labels") or {}
+    for label, field in LABEL_FIELDS.items():
+        assert labels.get(label), f"label {label} missing or empty (build with scripts/build-image)"
+        assert labels[label] == manifest_data[field], f"label {label}={labels[label]!r}, manifest {field}"
+
+
+def test_runs_as_non_root_and_owns_its_caches(run_in_image: RunInImage, image_config: dict[str, Any]) -> None:
+    assert image_config["User"] == "t4serve"
+    dirs = "/cache/huggingface /cache/compile/triton /cache/t4serve /tmp/t4serve"
+    code = f"id -u; id -g; for d in {dirs}; do touch $d/w; done"
+    out = run_in_image("-c", code, entrypoint="sh")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["1000", "1000"]
+    # The venv (and the patched vLLM in it) is not writable by the server.
+    out = run_in_image("-c", "touch /opt/venv/lib/probe", entrypoint="sh")
+    assert out.returncode != 0
+
+
+def test_triton_jit_can_build_its_c_module(run_in_image: RunInImage) -> None:
+    # What Triton does at first use: compile a C file against Python's headers into a shared object, then find
+    # libcuda through `ldconfig -p` (absent without a GPU, but ldconfig itself must answer).
+    code = (
+        "set -e; cd /tmp; printf '#include <Python.h>\\nint f(void){return PY_MAJOR_VERSION;}\\n' > m.c; "
+        'gcc -shared -fPIC -I"$(python3 -c "import sysconfig;print(sysconfig.get_paths()[\'include\'])")" '
+        "m.c -o m.so; test -s m.so; ldconfig -p >/dev/null; echo ok"
+    )
+    out = run_in_image("-c", code, entrypoint="sh")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_without_a_gpu_serve_exits_3_with_the_finding_and_fix(run_in_image: RunInImage) -> None:
+    out = run_in_image(timeout=180)  # the image's own CMD: serve
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, f"exit {out.returncode}, expected 3 (preflight):\n{text}"
+    assert re.search(r"(?i)\bgpu\b", text), text
+    assert re.search(r"(?i)fix", text), f"the no-GPU finding names no fix:\n{text}"
+    assert "Traceback" not in text
+
+
+def test_healthcheck_is_defined_and_unhealthy_before_start(
+    image_config: dict[str, Any], run_in_image: RunInImage
+) -> None:
+    health = image_config.get("Healthcheck")
+    assert health, "no HEALTHCHECK in the image"
+    assert health["Test"] == ["CMD", "t4serve", "healthcheck"]
+    assert health["StartPeriod"] / 1e9 >= 2 * SLOWEST_PUBLISHED_LOAD_S
+    # Nothing started in this container: Docker's contract is exit 1 for unhealthy (0 healthy, 2 reserved).
+    out = run_in_image("healthcheck")
+    assert out.returncode == 1, f"exit {out.returncode}:\n{out.stdout}\n{out.stderr}"
+
+
+# --- no CA bundle or secret in any layer ----------------------------------------------------------------------
+
+PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s+-----END CERTIFICATE-----", re.S)
+PUBLIC_CERT_SOURCES = ("/usr/share/ca-certificates/mozilla",)
+
+
+def host_ca_bundle() -> Path | None:
+    """The bundle scripts/build-image passes as the `pip_ca` secret (same variables, same order)."""
+    for var in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def pem_certificates(data: bytes) -> list[bytes]:
+    """DER bytes of each PEM certificate in `data`."""
+    return [base64.b64decode(b"".join(m.group(1).split())) for m in PEM_BLOCK.finditer(data)]
+
+
+def public_certificates() -> set[bytes]:
+    """Mozilla's public roots as this host has them (the Debian ca-certificates package and pip's certifi): those
+    are in every Python image legitimately, so only the bundle's other certificates are secret."""
+    public: set[bytes] = set()
+    for folder in PUBLIC_CERT_SOURCES:
+        for path in Path(folder).glob("*.crt") if Path(folder).is_dir() else []:
+            public.update(pem_certificates(path.read_bytes()))
+    try:
+        from pip._vendor import certifi  # the test venv's pip always vendors it
+
+        public.update(pem_certificates(Path(certifi.where()).read_bytes()))
+    except ImportError:
+        pass
+    return public
+
+
+def secret_needles(bundle: bytes, public: set[bytes]) -> list[bytes]:
+    """Byte strings whose presence in a layer means the bundle leaked: for each non-public certificate, a slice of
+    its DER and the first 64-character line of its PEM body (how it would appear in a copied .crt or .pem)."""
+    needles = []
+    for der in pem_certificates(bundle):
+        if der in public:
+            continue
+        needles.append(der[64:128] if len(der) >= 128 else der)
+        needles.append(base64.b64encode(der)[:64])
+    return needles
+
+
+def scan_image_tar(stream: IO[bytes], needles: Iterable[bytes]) -> list[str]:
+    """Findings of `docker save` output read as a stream: files named like the secret or under run/secrets, and
+    files holding any needle. Layers are streamed, never written to disk (the image is ~10 GB)."""
+    pattern = re.compile(b"|".join(re.escape(n) for n in needles)) if needles else None
+    overlap = max((len(n) for n in needles), default=0)
+    findings = []
+    with tarfile.open(fileobj=stream, mode="r|") as outer:
+        for layer in outer:
+            if not (layer.isfile() and layer.name.endswith("layer.tar")):
+                continue
+            layer_file = outer.extractfile(layer)
+            assert layer_file is not None
+            with tarfile.open(fileobj=layer_file, mode="r|") as inner:
+                for member in inner:
+                    name = member.name.lstrip("./")
+                    if name.startswith("run/secrets/") or Path(name).name == "pip_ca":
+                        findings.append(f"{layer.name}: {name} (secret path)")
+                    if pattern is None or not member.isfile() or member.size < overlap:
+                        continue
+                    content = inner.extractfile(member)
+                    assert content is not None
+                    if any(pattern.search(chunk) for chunk in _chunks(content, overlap)):
+                        findings.append(f"{layer.name}: {name} (holds the CA bundle's private certificate)")
+    return findings
+
+
+def _chunks(f: IO[bytes], overlap: int, size: int = 8 << 20) -> Iterator[bytes]:
+    tail = b""
+    while block := f.read(size):
+        yield tail + block
+        tail = block[-overlap:] if overlap else b""
+
+
+def _fake_save(files: dict[str, bytes]) -> io.BytesIO:
+    """A `docker save`-shaped tar with one layer holding `files`."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    outer = io.BytesIO()
+    with tarfile.open(fileobj=outer, mode="w") as tar:
+        info = tarfile.TarInfo("abc123/layer.tar")
+        info.size = layer.tell()
+        layer.seek(0)
+        tar.addfile(info, layer)
+    outer.seek(0)
+    return outer
+
+
+def test_layer_scanner_finds_a_planted_certificate() -> None:
+    # The scanner's own control: without this, a scanner that finds nothing would pass the real test vacuously.
+    bundle = host_ca_bundle()
+    if bundle is None:
+        pytest.skip("no CA bundle on this host (PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE unset)")
+    data = bundle.read_bytes()
+    needles = secret_needles(data, public_certificates())
+    if not needles:
+        pytest.skip(f"{bundle} holds only public certificates: nothing secret to find")
+    findings = scan_image_tar(
+        _fake_save({"opt/x/cacert.pem": b"junk" * 5000 + data, "run/secrets/pip_ca": b"", "etc/ok": b"x" * 200}),
+        needles,
+    )
+    assert any("opt/x/cacert.pem" in f and "private" in f for f in findings), findings
+    assert any("run/secrets/pip_ca" in f for f in findings), findings
+    assert not any("etc/ok" in f for f in findings)
+
+
+def test_no_layer_contains_the_ca_bundle_or_a_secret(docker_bin: str, image_ref: str) -> None:
+    bundle = host_ca_bundle()
+    needles = secret_needles(bundle.read_bytes(), public_certificates()) if bundle else []
+    save = subprocess.Popen([docker_bin, "save", image_ref], stdout=subprocess.PIPE)
+    assert save.stdout is not None
+    started = time.monotonic()
+    try:
+        findings = scan_image_tar(save.stdout, needles)
+    finally:
+        save.stdout.close()
+        rc = save.wait(timeout=600)
+    assert rc == 0, "docker save failed"
+    print(f"\nscanned every layer of {image_ref} for {len(needles)} needles in {time.monotonic() - started:.0f}s")
+    assert findings == []
+
+
+# --- code-only rebuild ------------------------------------------------------------------------------------------
+
+
+def test_code_only_change_rebuilds_only_the_top_layers(docker_bin: str, image_ref: str) -> None:
+    """Change one package file in a copy of the build context, rebuild, print the seconds; the new image must share
+    every layer with the current one except those the build stage's change produces."""
+    probe = "t4serve:rebuild-probe"
+    context = Path(os.environ.get("TMPDIR", "/tmp")) / f"t4serve-rebuild-{os.getpid()}"
+    shutil.rmtree(context, ignore_errors=True)
+    try:
+        context.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md", ".dockerignore"):
+            shutil.copy2(REPO / name, context / name)
+        shutil.copytree(REPO / "docker", context / "docker")
+        shutil.copytree(REPO / "entrypoint", context / "entrypoint", ignore=shutil.ignore_patterns("__pycache__"))
+        init = context / "entrypoint" / "t4serve" / "__init__.py"
+        init.write_text(init.read_text() + f"# rebuild probe {time.time()}\n")
+        started = time.monotonic()
+        build = subprocess.run(
+            [str(REPO / "scripts" / "build-image")],
+            env={**os.environ, "T4SERVE_IMAGE": probe, "DOCKER": docker_bin, "T4SERVE_BUILD_CONTEXT": str(context)},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        seconds = time.monotonic() - started
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+        print(f"\ncode-only rebuild of {image_ref}: {seconds:.1f} s")
+        before = _layers(docker_bin, image_ref)
+        after = _layers(docker_bin, probe)
+        shared = sum(1 for a, b in zip(before, after, strict=False) if a == b)
+        # The runtime stage's venv, the base and the user layers stay; only the delta copy (and later) may change.
+        assert len(after) == len(before)
+        assert len(after) - shared <= 2, f"{len(after) - shared} of {len(after)} layers changed"
+    finally:
+        subprocess.run([docker_bin, "rmi", probe], capture_output=True)
+        shutil.rmtree(context, ignore_errors=True)
+
+
+def _layers(docker: str, image: str) -> list[str]:
+    out = subprocess.run(
+        [docker, "image", "inspect", "-f", "{{json .RootFS.Layers}}", image], capture_output=True, text=True, check=True
+    )
+    layers: list[str] = json.loads(out.stdout)
+    return layers

@@ -142,8 +142,10 @@ def test_get_tile_size_asks_triton_first_and_caches() -> None:
 def test_get_tile_size_falls_back_to_torch_properties() -> None:
     ns, cuda, _ = wired(True, torch_optin=T4, triton_shared=None)
     assert ns["_get_tile_size"](512, 0, 2, True) == 16
+    assert cuda.property_reads == 1
     ns, cuda, _ = wired(True, torch_optin=166_912, triton_shared=None)
     assert ns["_get_tile_size"](512, 0, 2, True) == 32
+    assert cuda.property_reads == 1
 
 
 def test_no_cuda_means_vllm_choice_and_override_wins() -> None:

@@ -1,0 +1,128 @@
+"""`t4serve healthcheck`: exit 0 only when the server is ready and answers; 1 otherwise, one line on stderr why.
+
+Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models with short timeouts.
+During a long load it prints the phase, how long it has lasted and the estimate to ready. It imports neither torch
+nor vLLM and never exits with anything but 0 or 1 (Docker reserves other codes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import click
+
+from t4serve.errors import T4ServeError
+from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.supervise import history
+from t4serve.supervise.run_vllm import local_url
+from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
+
+PROBE_TIMEOUT_S = 3.0
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("T4SERVE_STATE_DIR") or VARIABLES_BY_NAME["T4SERVE_STATE_DIR"].default or "")
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def time_to_ready(state: ServeState, now: float) -> float | None:
+    if state.estimate_seconds is None:
+        return None
+    est = history.Estimate(state.estimate_seconds, dict(state.estimate_phases), 0)
+    return history.remaining(est, state.phase, now - state.phase_began_at(), now - state.attempt_started_at)
+
+
+def loading_line(state: ServeState, now: float) -> str:
+    line = (
+        f"{PHASE_LABELS[state.phase]} for {fmt_duration(now - state.phase_began_at())} "
+        f"({fmt_duration(now - state.attempt_started_at)} since vLLM started, attempt {state.attempt})"
+    )
+    left = time_to_ready(state, now)
+    if left is not None:
+        line += f"; estimated {fmt_duration(left)} to ready"
+    return line
+
+
+def _get_json(url: str, timeout: float) -> tuple[int, object]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body = response.read()
+        status = int(response.status)
+    try:
+        return status, json.loads(body.decode("utf-8", errors="replace")) if body else None
+    except json.JSONDecodeError:
+        return status, None
+
+
+def probe(state: ServeState, timeout: float) -> str | None:
+    """None when /health answers 200 and /v1/models lists the served model; else why not."""
+    base = local_url(state.host, state.port)
+    try:
+        status, _ = _get_json(f"{base}/health", timeout)
+    except urllib.error.HTTPError as exc:
+        return f"{base}/health answered HTTP {exc.code} (vLLM's engine is dead or stopping)"
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{base}/health did not answer within {timeout:.0f} s ({reason})"
+    if status != 200:
+        return f"{base}/health answered HTTP {status}"
+    try:
+        status, body = _get_json(f"{base}/v1/models", timeout)
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        return f"{base}/v1/models did not answer within {timeout:.0f} s ({getattr(exc, 'reason', exc)})"
+    data = body.get("data") if isinstance(body, dict) else None
+    ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    if state.served_model_name not in ids:
+        return f"{base}/v1/models does not list {state.served_model_name!r} (it lists {ids})"
+    return None
+
+
+def check(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None) -> tuple[int, str]:
+    """(exit code, the one line to print)."""
+    try:
+        state = read_state(state_dir)
+    except T4ServeError as exc:
+        return 1, f"not ready: {exc.what} ({exc.found})"
+    t = time.time() if now is None else now
+    if state.phase in LOADING_PHASES:
+        return 1, f"not ready: {loading_line(state, t)}"
+    if state.phase == "canary_failed":
+        hint = f"; hint: {state.fix}" if state.fix else ""
+        return 1, f"unhealthy: {state.reason}{hint}"
+    if state.phase == "failed":
+        diagnosis = f"; {state.diagnosis}; fix: {state.fix}" if state.diagnosis else ""
+        return 1, f"unhealthy: {state.reason}{diagnosis}"
+    if state.phase == "stopping":
+        return 1, f"not ready: stopping for {fmt_duration(t - state.phase_began_at())} (draining in-flight requests)"
+    problem = probe(state, timeout)
+    if problem is not None:
+        return 1, f"unhealthy: ready since {fmt_duration(t - state.phase_began_at())} ago, but {problem}"
+    return 0, f"ready: {state.served_model_name} answers on port {state.port}"
+
+
+@click.command("healthcheck")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
+)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=PROBE_TIMEOUT_S, show_default=True)
+def command(state_dir: Path | None, timeout: float) -> int:
+    """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
+    code, line = check(state_dir or default_state_dir(), timeout)
+    print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
+    return code

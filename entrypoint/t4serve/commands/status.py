@@ -1,0 +1,85 @@
+"""`t4serve status`: where the server is: phase, elapsed, the figures vLLM logged beside the plan's predictions,
+the canary, and an estimate of time-to-ready from past starts. `--json` prints the state file as is."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from t4serve.commands.healthcheck import default_state_dir, fmt_duration, time_to_ready
+from t4serve.serde import to_dict
+from t4serve.supervise.logwatch import compare, format_comparison
+from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
+
+
+def render_status(state: ServeState, now: float) -> str:
+    lines = [
+        f"phase:    {PHASE_LABELS[state.phase]} for {fmt_duration(now - state.phase_began_at())}",
+        f"model:    {state.model} (served as {state.served_model_name} on port {state.port})",
+        f"gpu:      {state.gpu_name or 'none recorded'}",
+        f"started:  {fmt_duration(now - state.started_at)} ago; vLLM attempt {state.attempt} began "
+        f"{fmt_duration(now - state.attempt_started_at)} ago",
+    ]
+    if state.phase in LOADING_PHASES:
+        left = time_to_ready(state, now)
+        median = fmt_duration(state.estimate_seconds or 0)
+        lines.append(
+            "estimate: no past starts of this model on this GPU yet"
+            if left is None
+            else f"estimate: {fmt_duration(left)} to ready (past starts took {median}, median)"
+        )
+    lines.append("phases:")
+    marks = state.phases
+    for mark, nxt in zip(marks, [*marks[1:], None], strict=True):
+        end = nxt.began_at if nxt is not None else now
+        lines.append(f"  {PHASE_LABELS[mark.phase]:<52} {fmt_duration(end - mark.began_at):>7}")
+    comparisons = {c.name: c for c in compare(state.figures, state.predictions)}
+    if state.figures:
+        lines.append("figures (vLLM's log):")
+        for figure in state.figures.values():
+            c = comparisons.get(figure.name)
+            text = format_comparison(c) if c else f"{figure.name}: {figure.value:,.2f} {figure.unit}"
+            lines.append(f"  {text}")
+    missing = [p for name, p in state.predictions.items() if name not in state.figures]
+    if missing:
+        lines.append("predictions not yet logged by vLLM:")
+        lines += [f"  {p.name}: {p.value:,.2f} {p.unit} ({p.how})" for p in missing]
+    if state.canary is not None:
+        canary = state.canary
+        verdict = "passed" if canary.ok else f"FAILED: {canary.reason}"
+        lines.append(f"canary:   {canary.prompt!r} -> {canary.text!r}: {verdict} ({canary.seconds:.2f} s)")
+    if state.reason:
+        lines.append(f"reason:   {state.reason}")
+    if state.diagnosis:
+        lines.append(f"diagnosis: {state.diagnosis}")
+    if state.fix:
+        lines.append(f"fix:      {state.fix}")
+    if state.phase == "failed" and state.last_lines:
+        lines.append("vLLM's last lines:")
+        lines += [f"  | {ln}" for ln in state.last_lines]
+    return "\n".join(lines)
+
+
+@click.command("status")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the state file as JSON.")
+def command(state_dir: Path | None, as_json: bool) -> int:
+    """Print the server's phase, figures vs the plan's predictions, and time-to-ready."""
+    folder = state_dir or default_state_dir()
+    state = read_state(folder)
+    if as_json:
+        click.echo(json.dumps(to_dict(state), indent=2))
+        return 0
+    click.echo(render_status(state, time.time()))
+    request = read_exit_request(folder)
+    if request is not None:
+        click.echo(f"ending:   the container is exiting {request.code}: {request.reason}")
+    return 0

@@ -1,0 +1,27 @@
+"""`t4serve telemetry`: GPU telemetry as Prometheus text on its own port, one log line a minute (t4serve.telemetry)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.telemetry import LOG_EVERY_S, run
+
+
+@click.command("telemetry")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address /metrics binds.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    # Not read from T4SERVE_TELEMETRY_PORT: there 0 means "no telemetry program", here it means "any free port".
+    default=int(VARIABLES_BY_NAME["T4SERVE_TELEMETRY_PORT"].default or 0),
+    show_default=True,
+    help="Port of /metrics (0 picks a free one; serve passes T4SERVE_TELEMETRY_PORT).",
+)
+@click.option("--duration", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
+@click.option("--log-every", type=click.FloatRange(min=0.1), default=LOG_EVERY_S, show_default=True)
+def command(host: str, port: int, duration: float | None, log_every: float) -> int:
+    """Sample NVML; without NVML say so once and exit 0 (supervisord leaves it stopped)."""
+    return run(host, port, sys.stdout, duration_s=duration, log_every_s=log_every)

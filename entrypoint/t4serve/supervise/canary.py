@@ -1,0 +1,110 @@
+"""The readiness canary: one fixed greedy completion that proves the model computes, not only that it is loaded.
+
+`run_canary(base_url, model, dtype)` POSTs `17*23=` to /v1/completions at temperature 0 and judges the answer with
+`judge_completion`: non-empty text, finite log-probabilities, and "391" in the text. A wrong or garbled answer on
+float16 gets the fp16-overflow hint. Standard library only: it runs in the wrapper beside vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from t4serve.supervise.state import CanaryRecord
+
+PROMPT = "17*23="
+EXPECTED = "391"
+MAX_TOKENS = 8
+# The first request after start may still wait on lazily compiled kernels; a minute is generous on a T4.
+TIMEOUT_S = 120.0
+
+FP16_HINT = (
+    "float16 overflow: Gemma's activations can exceed float16's range (65,504), which turns logits into NaN or "
+    "garbage; this is the usual cause on Turing (no bfloat16). Use the QAT checkpoint (T4SERVE_MODEL=qat), or a GPU "
+    "with compute capability >= 8.0 and --dtype bfloat16"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    text: str | None
+    reason: str | None
+
+
+def _finite(values: Any) -> bool:
+    """True when every number in a logprobs structure is finite (NaN/inf come back from a broken forward pass)."""
+    if values is None:
+        return True
+    if isinstance(values, bool):
+        return True
+    if isinstance(values, int | float):
+        return math.isfinite(values)
+    if isinstance(values, list):
+        return all(_finite(v) for v in values)
+    if isinstance(values, dict):
+        return all(_finite(v) for v in values.values())
+    return True
+
+
+def judge_completion(body: Any) -> Verdict:
+    """Judge a /v1/completions response body (already parsed JSON)."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        return Verdict(False, None, f"the response has no choices: {json.dumps(body)[:200]}")
+    choice = body["choices"][0]
+    if not isinstance(choice, dict):
+        return Verdict(False, None, f"the first choice is not an object: {choice!r}"[:200])
+    text = choice.get("text")
+    if not isinstance(text, str):
+        return Verdict(False, None, f"the first choice has no text: {json.dumps(choice)[:200]}")
+    logprobs = choice.get("logprobs")
+    token_logprobs = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    if not _finite(token_logprobs):
+        return Verdict(False, text, f"non-finite log-probabilities in the answer: {token_logprobs!r}"[:300])
+    if isinstance(token_logprobs, list) and not token_logprobs:
+        return Verdict(False, text, "empty logits: the answer carried no token log-probabilities")
+    if not text.strip():
+        return Verdict(False, text, f"empty answer to {PROMPT!r} (finish_reason {choice.get('finish_reason')!r})")
+    if EXPECTED not in text:
+        return Verdict(False, text, f"wrong answer to {PROMPT!r}: {text!r} does not contain {EXPECTED}")
+    return Verdict(True, text, None)
+
+
+def _post(url: str, payload: dict[str, Any], timeout: float) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read().decode("utf-8", errors="replace"))
+
+
+def run_canary(base_url: str, model: str, dtype: str | None, *, timeout: float = TIMEOUT_S) -> CanaryRecord:
+    """Send the canary once; a transport failure or a bad answer is a failed record with its reason, never a raise."""
+    payload = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "logprobs": 1}
+    began = time.monotonic()
+    try:
+        verdict = judge_completion(_post(f"{base_url}/v1/completions", payload, timeout))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", errors="replace")[:300]
+        verdict = Verdict(False, None, f"/v1/completions answered HTTP {exc.code}: {detail}")
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        verdict = Verdict(False, None, f"/v1/completions did not answer within {timeout:.0f} s: {exc}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        verdict = Verdict(False, None, f"/v1/completions answered something that is not JSON: {exc}")
+    hint = None
+    # Garbage or NaN on float16 is the classic overflow; a transport failure is not a numerics problem.
+    if not verdict.ok and verdict.text is not None and (dtype or "").lower() in ("float16", "half", "fp16"):
+        hint = FP16_HINT
+    return CanaryRecord(
+        ok=verdict.ok,
+        prompt=PROMPT,
+        text=verdict.text,
+        reason=verdict.reason,
+        hint=hint,
+        seconds=round(time.monotonic() - began, 3),
+    )

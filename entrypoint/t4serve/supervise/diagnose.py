@@ -1,0 +1,117 @@
+"""Name the cause of a vLLM death from its last log lines, its exit status and the phase it died in.
+
+Pure: `diagnose(lines, returncode, phase)` returns one `Diagnosis` (what happened, the fix) or None when no known
+cause matches; the wrapper prints it under vLLM's last lines. The texts matched are vLLM 0.33's, torch's, Triton's
+and huggingface_hub's own messages; the first rule that matches wins, most specific first.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    name: str
+    summary: str
+    fix: str
+    # The log line that matched, or a description of the exit status.
+    evidence: str
+
+    def one_line(self) -> str:
+        return f"diagnosis: {self.summary} (seen: {self.evidence}); fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    regex: re.Pattern[str]
+    summary: str
+    fix: str
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "clamp_missing",
+        # triton/runtime/errors.py OutOfResources: "out of resource: shared memory, Required: N, Hardware limit: 65536"
+        re.compile(r"Hardware limit: 65536"),
+        "vLLM's Triton attention asked for more shared memory than a Turing GPU has per block (65,536 B): "
+        "the Turing attention clamp is missing from this vLLM",
+        "run the t4serve image unmodified (its build applies and proves the clamp; reinstalling vLLM removes it); "
+        "`t4serve probe --json` shows the build manifest's clamp state",
+    ),
+    _Rule(
+        "bf16_on_turing",
+        # vllm/platforms/cuda.py check_if_supports_dtype
+        re.compile(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0"),
+        "bfloat16 was requested on a GPU without bf16 (compute capability below 8.0, e.g. Turing)",
+        "remove --dtype bfloat16 from T4SERVE_VLLM_ARGS; t4serve picks --dtype float16 below capability 8.0",
+    ),
+    _Rule(
+        "driver_too_old",
+        re.compile(
+            r"CUDA driver version is insufficient|driver on your system is too old|cudaErrorInsufficientDriver"
+            r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+        ),
+        "the host's NVIDIA driver is too old for this image's CUDA 13 runtime",
+        "install an NVIDIA driver >= 580 on the host (`nvidia-smi` shows the version), then restart the container",
+    ),
+    _Rule(
+        "gated_model_no_token",
+        re.compile(
+            r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted|401 Client Error"
+            r"|You are trying to access a gated repo"
+        ),
+        "the model is gated on Hugging Face and no (or no accepted) token was given",
+        "accept the model's license on huggingface.co, then give a token: put it in the compose secret file "
+        "(HF_TOKEN_FILE=/run/secrets/hf_token) or set HF_TOKEN",
+    ),
+    _Rule(
+        "cuda_oom",
+        re.compile(
+            r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|not enough GPU memory"
+            r"|No available memory for the cache blocks|larger than the available KV cache memory"
+        ),
+        "the GPU ran out of memory (weights + KV cache + CUDA graphs did not fit)",
+        "lower T4SERVE_MAX_MODEL_LEN or T4SERVE_MAX_NUM_SEQS, use the QAT checkpoint (T4SERVE_MODEL=qat), "
+        "and check that nothing else holds GPU memory (`nvidia-smi`)",
+    ),
+    _Rule(
+        "shm_too_small",
+        re.compile(
+            r"No space left on device.*(/dev/shm|shm)|(/dev/shm|shm).*No space left on device|Bus error"
+            r"|unable to allocate shared memory|NCCL WARN.*shm",
+            re.IGNORECASE,
+        ),
+        "the container's /dev/shm is too small for vLLM's shared-memory queues",
+        "give the container more shared memory: `docker run --shm-size 2g` or `shm_size`/`ipc: host` in compose.yaml",
+    ),
+)
+
+_LOAD_PHASES = ("starting", "downloading", "loading_weights")
+# vLLM's multiproc executor and engine-core monitor report a SIGKILLed child as exit code -9.
+_KILLED = re.compile(r"exit code:? -9|died unexpectedly|Killed process|signal 9|SIGKILL")
+
+
+def diagnose(lines: Sequence[str], returncode: int | None, phase: str) -> Diagnosis | None:
+    """The first known cause found in `lines` (oldest first), else one read from the exit status and phase."""
+    for rule in _RULES:
+        for line in reversed(lines):
+            if rule.regex.search(line):
+                return Diagnosis(rule.name, rule.summary, rule.fix, line.strip()[:300])
+    killed_line = next((ln for ln in reversed(lines) if _KILLED.search(ln)), None)
+    sigkill = returncode is not None and returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+    if (sigkill or killed_line is not None) and phase in _LOAD_PHASES:
+        evidence = killed_line.strip()[:300] if killed_line else f"vLLM killed by SIGKILL while {phase}"
+        return Diagnosis(
+            "host_oom_during_load",
+            "out of host memory while loading the weights: the kernel's OOM killer ended vLLM "
+            "(the host log says `Out of memory: Killed process ... (VLLM::EngineCor)`)",
+            "add swap on the host (`scripts/setup-swap 16G`) or more RAM, raise the container's memory limit, "
+            "or use the QAT checkpoint (T4SERVE_MODEL=qat), which needs less host memory to load",
+            evidence,
+        )
+    return None

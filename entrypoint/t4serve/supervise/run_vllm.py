@@ -1,0 +1,275 @@
+"""The `vllm` program under supervisord: spawn the plan's argv, stream its output, follow its phases, run the canary.
+
+`Wrapper(spec, state_dir).run()` starts vLLM, prefixes each output line with `[vllm]`, feeds it to the phase
+tracker, watches the HF cache for downloads, polls /health, runs the canary once /health answers, and keeps
+state.json current. When vLLM dies it repeats the last lines with a diagnosis. It returns vLLM's exit code.
+Stop: supervisord signals this wrapper only; the wrapper passes SIGTERM to vLLM's API server, as `docker stop` would
+to a bare vLLM, so vLLM drains (--shutdown-timeout) and shuts its own engine down in order.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from t4serve.supervise import history
+from t4serve.supervise.canary import run_canary
+from t4serve.supervise.diagnose import diagnose
+from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
+from t4serve.supervise.state import (
+    PHASE_LABELS,
+    RunSpec,
+    ServeState,
+    new_state,
+    read_state,
+    write_state,
+)
+
+PREFIX = "[vllm] "
+LAST_LINES = 40
+TICK_S = 1.0
+HEALTH_TIMEOUT_S = 2.0
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL to reach a server bound to `host` from inside the container (wildcards mean loopback)."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def health_ok(base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=timeout) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError):
+        return False
+
+
+def downloads_active(hf_hub_cache: str) -> bool:
+    """huggingface_hub writes each blob as `<sha>.incomplete` until it is complete."""
+    root = Path(hf_hub_cache)
+    if not root.is_dir():
+        return False
+    return any(True for _ in root.glob("models--*/blobs/*.incomplete"))
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+class Wrapper:
+    def __init__(self, spec: RunSpec, state_dir: Path, out: IO[str] | None = None) -> None:
+        self.spec = spec
+        self.state_dir = state_dir
+        self.out = out if out is not None else sys.stdout
+        self.base_url = local_url(spec.host, spec.port)
+        self.lock = threading.RLock()
+        self.lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
+        self.stopping = threading.Event()
+        self.child: subprocess.Popen[str] | None = None
+        now = time.time()
+        self.state = self._initial_state(now)
+        self.tracker = PhaseTracker(now, on_phase=self._on_phase)
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.out.write(f"{PREFIX}t4serve: {text}\n")
+            self.out.flush()
+
+    def _initial_state(self, now: float) -> ServeState:
+        try:
+            prior: ServeState | None = read_state(self.state_dir)
+        except Exception:  # a missing or unreadable state only means this is the first attempt
+            prior = None
+        started_at = prior.started_at if prior is not None else now
+        # serve writes attempt 1 without a wrapper pid; each wrapper start after that is a restart.
+        attempt = 1 if prior is None or prior.wrapper_pid is None else prior.attempt + 1
+        state = new_state(self.spec, started_at=started_at, attempt=attempt, now=now)
+        records, problem = history.load(Path(self.spec.cache_dir))
+        if problem:
+            self.say(f"start history unreadable, no estimate ({problem})")
+        est = history.estimate(records, self.spec.model, self.spec.gpu_name)
+        if est is not None:
+            state = replace(state, estimate_seconds=est.total_seconds, estimate_phases=est.phases)
+        return replace(state, wrapper_pid=os.getpid())
+
+    def _save(self) -> None:
+        with self.lock:
+            self.state = replace(self.state, updated_at=time.time(), figures=dict(self.tracker.figures))
+            write_state(self.state_dir, self.state)
+
+    def _on_phase(self, phase: str, now: float) -> None:
+        with self.lock:
+            elapsed = now - self.state.attempt_started_at
+            self.state = self.state.with_phase(phase, now)
+            self.say(f"phase: {PHASE_LABELS[phase]} (at {elapsed:.1f} s)")
+            self._save()
+
+    def _announce(self) -> None:
+        est = self.state.estimate_seconds
+        if est is None:
+            self.say(
+                f"attempt {self.state.attempt}: starting {self.spec.model}; no past starts of this model on this GPU "
+                f"recorded in {self.spec.cache_dir}, so no time-to-ready estimate yet"
+            )
+        else:
+            self.say(
+                f"attempt {self.state.attempt}: starting {self.spec.model}; estimated time to ready {_fmt_s(est)} "
+                "(median of past starts on this GPU)"
+            )
+        for p in self.spec.predictions.values():
+            self.say(f"plan predicts {p.name} = {p.value:,.2f} {p.unit} ({p.how})")
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        # Lines must reach us as they are written, without colour codes, for the phase tracker.
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("VLLM_LOGGING_COLOR", "0")
+        return env
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        now = time.time()
+        with self.lock:
+            self.state = self.state.with_phase("stopping", now)
+            self._save()
+        self.say(
+            f"received {signal.Signals(signum).name}; passing SIGTERM to vLLM, which drains in-flight requests for up "
+            f"to {self.spec.shutdown_timeout} s"
+        )
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def _ticker(self) -> None:
+        """Download watching, /health polling and the canary: everything vLLM's log cannot say."""
+        while not self.stopping.wait(TICK_S):
+            phase = self.tracker.phase
+            if phase in ("starting", "loading_weights", "downloading"):
+                self.tracker.observe_download(downloads_active(self.spec.hf_hub_cache), time.time())
+            if phase in ("ready", "canary_failed", "failed", "stopping"):
+                return
+            if self.child is None or self.child.poll() is not None:
+                continue
+            if health_ok(self.base_url):
+                self._become_ready()
+                return
+
+    def _become_ready(self) -> None:
+        if self.spec.canary:
+            self.tracker.advance("canary", time.time())
+            record = run_canary(self.base_url, self.spec.served_model_name, self.spec.dtype)
+            if self.stopping.is_set():
+                return
+            with self.lock:
+                self.state = replace(self.state, canary=record)
+            if not record.ok:
+                with self.lock:
+                    self.state = replace(self.state, reason=f"canary failed: {record.reason}", fix=record.hint)
+                self.tracker.advance("canary_failed", time.time())
+                self.say(f"canary FAILED: {record.reason}")
+                if record.hint:
+                    self.say(f"hint: {record.hint}")
+                return
+            self.say(f"canary passed: {record.prompt!r} -> {record.text!r} in {record.seconds:.2f} s")
+        else:
+            self.say("canary off (T4SERVE_CANARY): ready as soon as /health answers")
+        now = time.time()
+        self.tracker.advance("ready", now)
+        total = now - self.state.attempt_started_at
+        self.say(f"ready after {_fmt_s(total)}")
+        for c in compare(self.tracker.figures, self.spec.predictions):
+            self.say(format_comparison(c))
+        marks = [(m.phase, m.began_at) for m in self.state.phases if m.phase in PHASE_LABELS]
+        durations = history.phase_durations([m for m in marks if m[0] != "ready"], now)
+        try:
+            history.append(
+                Path(self.spec.cache_dir),
+                history.StartRecord(self.spec.model, self.spec.gpu_name, now, round(total, 3), durations),
+            )
+        except OSError as exc:  # a read-only cache volume costs the estimate, not the server
+            self.say(f"could not record this start in {self.spec.cache_dir}: {exc}")
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        self._announce()
+        self._save()
+        try:
+            self.child = subprocess.Popen(
+                self.spec.argv,
+                env=self._env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
+        except OSError as exc:
+            with self.lock:
+                self.state = replace(self.state, reason=f"could not start {self.spec.argv[0]!r}: {exc}", exit_code=127)
+            self.tracker.advance("failed", time.time())
+            self.say(f"could not start {self.spec.argv[0]!r}: {exc}")
+            return 127
+        ticker = threading.Thread(target=self._ticker, name="t4serve-ticker", daemon=True)
+        ticker.start()
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            text = line.rstrip("\n")
+            with self.lock:
+                self.out.write(f"{PREFIX}{text}\n")
+                self.out.flush()
+                self.lines.append(text)
+            if self.tracker.feed(text, time.time()) is not None and self.tracker.figures != self.state.figures:
+                self._save()
+        returncode = self.child.wait()
+        self.stopping.set()
+        return self._on_exit(returncode)
+
+    def _on_exit(self, returncode: int) -> int:
+        code = 128 - returncode if returncode < 0 else returncode
+        now = time.time()
+        phase_at_death = self.tracker.phase
+        with self.lock:
+            self.state = replace(self.state, exit_code=code, last_lines=list(self.lines))
+        if phase_at_death == "stopping":
+            self.say(f"vLLM stopped (exit {code}) {now - self.state.phase_began_at():.1f} s after the stop signal")
+            self._save()
+            return code
+        diagnosis = diagnose(list(self.lines), returncode, phase_at_death)
+        with self.lock:
+            self.state = replace(
+                self.state,
+                reason=f"vLLM exited with code {code} while {PHASE_LABELS[phase_at_death]}",
+                diagnosis=diagnosis.summary if diagnosis else None,
+                fix=diagnosis.fix if diagnosis else None,
+            )
+        self.tracker.advance("failed", now)
+        self.say(f"vLLM exited with code {code} while {PHASE_LABELS[phase_at_death]}; last {len(self.lines)} lines:")
+        with self.lock:
+            for text in self.lines:
+                self.out.write(f"{PREFIX}  | {text}\n")
+            self.out.flush()
+        self.say(diagnosis.one_line() if diagnosis else "diagnosis: no known cause matched; read the lines above")
+        # A server that exits 0 on its own has still stopped serving: report it to supervisord as a failure.
+        return code if code != 0 else 1

@@ -1,0 +1,242 @@
+"""The files `serve` and the supervised programs share in the state directory, and how they are written.
+
+`RunSpec` (run-spec.json) is written once by `serve`: what the vLLM wrapper runs and what the plan predicted.
+`ServeState` (state.json) is rewritten by the wrapper as phases change; healthcheck and status only read it.
+`ExitRequest` (exit-request.json) is written by the listener when it ends supervisord, for PID 1 to exit with.
+Every write is atomic (temp file in the same folder, fsync, rename), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from t4serve.errors import ConfigError
+from t4serve.serde import from_dict, to_dict
+
+STATE_SCHEMA = 1
+STATE_FILE = "state.json"
+RUN_SPEC_FILE = "run-spec.json"
+EXIT_REQUEST_FILE = "exit-request.json"
+SUPERVISORD_CONF_FILE = "supervisord.conf"
+
+# Phases in the order vLLM goes through them. torch.compile's Dynamo/Inductor pass runs inside vLLM's profiling
+# run (gpu_worker.determine_available_memory), so its time falls in "profiling"; after the KV cache is allocated
+# vLLM compiles the remaining batch sizes and captures CUDA graphs ("compiling").
+PHASE_LABELS: dict[str, str] = {
+    "starting": "starting",
+    "downloading": "downloading weights",
+    "loading_weights": "loading weights",
+    "profiling": "profiling / KV allocation",
+    "compiling": "compiling and CUDA graph capture",
+    "canary": "canary (server up, checking one greedy completion)",
+    "ready": "ready",
+    "canary_failed": "canary failed (server answers, but wrongly)",
+    "failed": "failed (vLLM exited)",
+    "stopping": "stopping (draining in-flight requests)",
+}
+LOADING_PHASES = ("starting", "downloading", "loading_weights", "profiling", "compiling", "canary")
+TERMINAL_PHASES = ("ready", "canary_failed", "failed", "stopping")
+
+
+@dataclass(frozen=True)
+class PhaseMark:
+    phase: str
+    began_at: float
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number vLLM logged, with the log line it came from so a user can check it."""
+
+    name: str
+    value: float
+    unit: str
+    line: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the plan expected for a figure vLLM will log, with the plan's arithmetic."""
+
+    name: str
+    value: float
+    unit: str
+    how: str
+
+
+@dataclass(frozen=True)
+class CanaryRecord:
+    ok: bool
+    prompt: str
+    text: str | None
+    reason: str | None
+    hint: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What the vLLM wrapper runs and checks. Holds no secret: HF_TOKEN travels only in the inherited environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+    model: str
+    served_model_name: str
+    host: str
+    port: int
+    dtype: str | None
+    shutdown_timeout: int
+    canary: bool
+    gpu_name: str | None
+    # Where huggingface_hub writes while downloading (HF_HOME/hub), watched for `*.incomplete` blobs.
+    hf_hub_cache: str
+    cache_dir: str
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServeState:
+    schema: int
+    phase: str
+    # When `serve` began (container start), and when this vLLM attempt began.
+    started_at: float
+    attempt_started_at: float
+    updated_at: float
+    # 1 for the first vLLM start in this container, +1 for each restart by supervisord.
+    attempt: int
+    model: str
+    served_model_name: str
+    host: str
+    port: int
+    gpu_name: str | None
+    phases: list[PhaseMark] = field(default_factory=list)
+    figures: dict[str, Figure] = field(default_factory=dict)
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+    # Why the phase is canary_failed or failed, the hint or diagnosis that goes with it, and vLLM's exit code.
+    reason: str | None = None
+    diagnosis: str | None = None
+    fix: str | None = None
+    exit_code: int | None = None
+    canary: CanaryRecord | None = None
+    last_lines: list[str] = field(default_factory=list)
+    # Time-to-ready estimate from past starts (t4serve.supervise.history), printed at start.
+    estimate_seconds: float | None = None
+    estimate_phases: dict[str, float] = field(default_factory=dict)
+    wrapper_pid: int | None = None
+
+    def phase_began_at(self) -> float:
+        return self.phases[-1].began_at if self.phases else self.attempt_started_at
+
+    def with_phase(self, phase: str, now: float) -> ServeState:
+        if phase not in PHASE_LABELS:
+            raise ValueError(f"unknown phase {phase!r}")
+        if phase == self.phase and self.phases:
+            return self
+        return replace(self, phase=phase, phases=[*self.phases, PhaseMark(phase, now)], updated_at=now)
+
+
+def new_state(spec: RunSpec, *, started_at: float, attempt: int = 1, now: float | None = None) -> ServeState:
+    t = time.time() if now is None else now
+    return ServeState(
+        schema=STATE_SCHEMA,
+        phase="starting",
+        started_at=started_at,
+        attempt_started_at=t,
+        updated_at=t,
+        attempt=attempt,
+        model=spec.model,
+        served_model_name=spec.served_model_name,
+        host=spec.host,
+        port=spec.port,
+        gpu_name=spec.gpu_name,
+        phases=[PhaseMark("starting", t)],
+        predictions=dict(spec.predictions),
+    )
+
+
+@dataclass(frozen=True)
+class ExitRequest:
+    """The listener's decision to end the container, and the exit code PID 1 should use."""
+
+    code: int
+    reason: str
+    requested_at: float
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `text` to `path` so readers see the old file or the new one, never a mix; `mode` set before rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(to_dict(obj), indent=2) + "\n"
+
+
+T = TypeVar("T")
+
+
+def _load(cls: type[T], path: Path, what: str) -> T:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{what} not found",
+            found=f"no file {path}",
+            required=f"`t4serve serve` writes it at start in T4SERVE_STATE_DIR ({path.parent})",
+            fix="run this in the container started by `t4serve serve`, or point T4SERVE_STATE_DIR at its state folder",
+        ) from None
+    try:
+        return from_dict(cls, json.loads(text))
+    except (json.JSONDecodeError, ConfigError) as exc:
+        raise ConfigError(
+            f"{what} is unreadable",
+            found=f"{path}: {exc}",
+            required=f"a {cls.__name__} JSON file written by this t4serve version",
+            fix="restart the container; `t4serve serve` rewrites it at start",
+        ) from None
+
+
+def write_state(state_dir: Path, state: ServeState) -> None:
+    write_atomic(state_dir / STATE_FILE, _dump(state))
+
+
+def read_state(state_dir: Path) -> ServeState:
+    return _load(ServeState, state_dir / STATE_FILE, "the server state file")
+
+
+def write_run_spec(state_dir: Path, spec: RunSpec) -> Path:
+    path = state_dir / RUN_SPEC_FILE
+    write_atomic(path, _dump(spec), mode=0o600)
+    return path
+
+
+def read_run_spec(path: Path) -> RunSpec:
+    return _load(RunSpec, path, "the run spec")
+
+
+def write_exit_request(state_dir: Path, request: ExitRequest) -> None:
+    write_atomic(state_dir / EXIT_REQUEST_FILE, _dump(request))
+
+
+def read_exit_request(state_dir: Path) -> ExitRequest | None:
+    path = state_dir / EXIT_REQUEST_FILE
+    if not path.exists():
+        return None
+    return _load(ExitRequest, path, "the listener's exit request")

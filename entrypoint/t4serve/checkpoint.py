@@ -1,0 +1,297 @@
+"""The model probe: resolve a checkpoint, read config.json and every safetensors header, group bytes by part and dtype.
+
+`probe_model(requested, hf_home=..., offline=...) -> ModelFacts` never reads tensor data and never raises for a bad
+checkpoint: a missing config.json, a malformed header or a truncated file is a fact (source "invalid", `error` naming
+the file and the problem). Not local: headers are read remotely when the hub is reachable, else the built-in facts of
+the two aliases (source "builtin", provenance in config["provenance"]) or a clean "not-local" fact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from t4serve.facts import ModelFacts, TensorGroup
+
+# The repo ids of the two aliases, whose facts ship with the package for planning before a download.
+BUILTIN_MODELS: dict[str, str] = {
+    "google/gemma-4-E2B-it": "gemma-4-E2B-it.json",
+    "google/gemma-4-E2B-it-qat-w4a16-ct": "gemma-4-E2B-it-qat-w4a16-ct.json",
+}
+ALIASES = {"bf16": "google/gemma-4-E2B-it", "qat": "google/gemma-4-E2B-it-qat-w4a16-ct"}
+
+# Parts the checkpoint's bytes are grouped into (TensorGroup.part). What a decode step reads is decided from these in
+# t4serve.roofline; what vLLM keeps in GPU memory in t4serve.sizing.
+PART_TEXT_DECODER = "text_decoder"
+PART_EMBEDDING = "embedding"  # token embedding, also the output layer when tied
+PART_OUTPUT_LAYER = "output_layer"  # an untied lm_head
+PART_PER_LAYER_EMBEDDING = "per_layer_embedding"  # the PLE table: a row lookup per token
+PART_PER_LAYER_PROJECTION = "per_layer_projection"  # the PLE projections, gates and their norms
+PART_KV_SHARED_DROPPED = "kv_shared_dropped"  # K/V weights of KV-shared layers that vLLM drops at load
+PART_VISION = "vision_tower"
+PART_AUDIO = "audio_tower"
+PART_OTHER = "other"
+PARTS = (PART_TEXT_DECODER, PART_EMBEDDING, PART_OUTPUT_LAYER, PART_PER_LAYER_EMBEDDING, PART_PER_LAYER_PROJECTION,
+         PART_KV_SHARED_DROPPED, PART_VISION, PART_AUDIO, PART_OTHER)
+
+# A safetensors header above this is not a header (the format caps it at 100 MB).
+MAX_HEADER_BYTES = 100 * 1000 * 1000
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+class CheckpointError(Exception):
+    """A checkpoint file that cannot be read; `probe_model` turns it into an "invalid" fact."""
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON), checked against its size."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise CheckpointError(f"{path}: {size} bytes, too short for the 8-byte header length")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > MAX_HEADER_BYTES or length > size - 8:
+                raise CheckpointError(
+                    f"{path}: header length {length:,} does not fit the file ({size:,} bytes): "
+                    "truncated or not safetensors"
+                )
+            raw = f.read(length)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: header is not valid JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: header is {type(header).__name__}, not a JSON object")
+    data_end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        _check_entry(path, name, info)
+        data_end = max(data_end, info["data_offsets"][1])
+    if 8 + length + data_end > size:
+        raise CheckpointError(
+            f"{path}: truncated: tensors end at byte {8 + length + data_end:,} but the file has {size:,} bytes"
+        )
+    return header
+
+
+def _check_entry(path: Path | str, name: str, info: Any) -> None:
+    ok = (
+        isinstance(info, dict)
+        and isinstance(info.get("dtype"), str)
+        and isinstance(info.get("shape"), list)
+        and all(isinstance(d, int) and d >= 0 for d in info["shape"])
+        and isinstance(info.get("data_offsets"), list)
+        and len(info["data_offsets"]) == 2
+        and all(isinstance(o, int) for o in info["data_offsets"])
+        and 0 <= info["data_offsets"][0] <= info["data_offsets"][1]
+    )
+    if not ok:
+        raise CheckpointError(f"{path}: tensor {name!r} has a malformed entry {info!r}")
+
+
+def classify(name: str, text: dict[str, Any]) -> str:
+    """The part a tensor belongs to, from its checkpoint name and the text config (for the KV-shared layers)."""
+    if "vision_tower" in name or "embed_vision" in name:
+        return PART_VISION
+    if "audio_tower" in name or "embed_audio" in name:
+        return PART_AUDIO
+    if "embed_tokens_per_layer" in name:
+        return PART_PER_LAYER_EMBEDDING
+    if "embed_tokens" in name:
+        return PART_EMBEDDING
+    if name.startswith("lm_head") or ".lm_head." in name:
+        return PART_OUTPUT_LAYER
+    if "per_layer" in name:
+        return PART_PER_LAYER_PROJECTION
+    match = _LAYER.search(name)
+    if match is not None:
+        layer = int(match.group(1))
+        first_shared = int(text.get("num_hidden_layers", 0)) - int(text.get("num_kv_shared_layers", 0) or 0)
+        # vLLM 0.33 `_gemma4_layer_weights_mapper`: k_proj, v_proj and k_norm of KV-shared layers map to None.
+        if 0 < first_shared <= layer and re.search(r"\.self_attn\.(k_proj|v_proj|k_norm)\.", name):
+            return PART_KV_SHARED_DROPPED
+        return PART_TEXT_DECODER
+    if "language_model" in name or name.startswith("model.norm") or name.startswith("model.layers"):
+        return PART_TEXT_DECODER
+    return PART_OTHER
+
+
+def group_tensors(entries: dict[str, dict[str, Any]], text: dict[str, Any]) -> list[TensorGroup]:
+    """Bytes by part and dtype (size = data_offsets end - begin), parts in PARTS order, empty parts left out."""
+    counts: dict[str, int] = defaultdict(int)
+    by_dtype: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for name, info in entries.items():
+        part = classify(name, text)
+        counts[part] += 1
+        begin, end = info["data_offsets"]
+        by_dtype[part][info["dtype"]] += end - begin
+    return [TensorGroup(p, counts[p], dict(sorted(by_dtype[p].items()))) for p in PARTS if counts[p]]
+
+
+def planning_config(config: dict[str, Any]) -> dict[str, Any]:
+    """What planning keeps of config.json: top-level identity, quantization, and the text config under "text"."""
+    wanted = ("architectures", "model_type", "torch_dtype", "dtype", "tie_word_embeddings", "quantization_config")
+    keep: dict[str, Any] = {k: config[k] for k in wanted if k in config}
+    text = config.get("text_config")
+    # A flat (text-only) config keeps its text fields at the top level.
+    keep["text"] = dict(text) if isinstance(text, dict) else {k: v for k, v in config.items() if k not in (
+        "vision_config", "audio_config", "quantization_config")}
+    for tower in ("vision_config", "audio_config"):
+        if isinstance(config.get(tower), dict):
+            keep[tower.removesuffix("_config")] = config[tower]
+    return keep
+
+
+def quant_method(config: dict[str, Any]) -> str | None:
+    qc = config.get("quantization_config")
+    if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
+        return str(qc["quant_method"])
+    return None
+
+
+def resolve_local(requested: str, hf_home: str) -> tuple[Path, str] | None:
+    """(directory holding config.json, "local-dir" or "hf-cache"), or None when the checkpoint is not on disk."""
+    repo = ALIASES.get(requested, requested)
+    direct = Path(repo).expanduser()
+    if direct.is_dir():
+        return direct.resolve(), "local-dir"
+    if repo.count("/") != 1 or repo.startswith(("/", ".")):
+        return None
+    repo_dir = Path(hf_home) / "hub" / ("models--" + repo.replace("/", "--"))
+    snapshots = repo_dir / "snapshots"
+    ref = repo_dir / "refs" / "main"
+    if ref.is_file():
+        revision = ref.read_text().strip()
+        if (snapshots / revision).is_dir():
+            return snapshots / revision, "hf-cache"
+    # No refs/main (e.g. a cache filled by a pinned revision): the newest snapshot holding a config.json.
+    candidates = sorted((p for p in snapshots.glob("*") if (p / "config.json").is_file()),
+                        key=lambda p: p.stat().st_mtime, reverse=True) if snapshots.is_dir() else []
+    return (candidates[0], "hf-cache") if candidates else None
+
+
+def _invalid(requested: str, local: Path | None, error: str) -> ModelFacts:
+    return ModelFacts(requested=requested, local_path=str(local) if local else None, source="invalid", error=error)
+
+
+def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
+    config_path = directory / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        return _invalid(requested, directory, f"{config_path}: missing (every Hugging Face checkpoint has config.json)")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _invalid(requested, directory, f"{config_path}: not readable JSON: {exc}")
+    if not isinstance(config, dict):
+        return _invalid(requested, directory, f"{config_path}: a JSON {type(config).__name__}, not an object")
+    kept = planning_config(config)
+    index_path = directory / "model.safetensors.index.json"
+    try:
+        if index_path.is_file():
+            index = json.loads(index_path.read_text())
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict) or not weight_map:
+                return _invalid(requested, directory, f"{index_path}: no weight_map")
+            files = sorted({directory / str(f) for f in weight_map.values()})
+        else:
+            files = sorted(directory.glob("*.safetensors"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return _invalid(requested, directory, f"{index_path}: not readable JSON: {exc}")
+    if not files:
+        return _invalid(
+            requested, directory, f"{directory}: no *.safetensors files (only safetensors checkpoints are read)"
+        )
+    entries: dict[str, dict[str, Any]] = {}
+    for path in files:
+        if not path.is_file():
+            return _invalid(requested, directory, f"{path}: listed in {index_path.name} but missing")
+        try:
+            header = read_safetensors_header(path)
+        except CheckpointError as exc:
+            return _invalid(requested, directory, str(exc))
+        entries.update({k: v for k, v in header.items() if k != "__metadata__"})
+    return ModelFacts(
+        requested=requested,
+        local_path=str(directory),
+        source=source,
+        config=kept,
+        quantization=quant_method(config),
+        safetensors_files=len(files),
+        weights=group_tensors(entries, kept["text"]),
+    )
+
+
+def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
+    """Headers and config.json read from the hub with range requests; (None, why) when that is not possible."""
+    try:
+        from huggingface_hub import get_safetensors_metadata, hf_hub_download  # type: ignore[import-not-found]
+    except ImportError:
+        return None, "huggingface_hub is not installed, so headers cannot be read remotely"
+    try:
+        metadata = get_safetensors_metadata(repo)
+        config = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+    except Exception as exc:  # the hub library raises many classes (HTTP, offline, auth, timeouts): all mean "not now"
+        return None, f"reading {repo} from the Hugging Face hub failed: {type(exc).__name__}: {exc}"
+    entries: dict[str, dict[str, Any]] = {}
+    for filename, file_meta in metadata.files_metadata.items():
+        for name, info in file_meta.tensors.items():
+            entry = {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
+            try:
+                _check_entry(filename, name, entry)
+            except CheckpointError as exc:
+                return _invalid(repo, None, f"remote header: {exc}"), ""
+            entries[name] = entry
+    kept = planning_config(config)
+    return ModelFacts(requested=repo, local_path=None, source="not-local", config=kept,
+                      quantization=quant_method(config), safetensors_files=len(metadata.files_metadata),
+                      weights=group_tensors(entries, kept["text"])), ""
+
+
+def builtin_facts(repo: str, why_not_remote: str) -> ModelFacts | None:
+    """The shipped facts for an alias's repo (t4serve/data/models/), or None for any other model."""
+    filename = BUILTIN_MODELS.get(repo)
+    if filename is None:
+        return None
+    data = json.loads(resources.files("t4serve").joinpath("data", "models", filename).read_text())
+    config = dict(data["config"])
+    config["provenance"] = f"{data['provenance']} (used because: {why_not_remote})"
+    return ModelFacts(
+        requested=repo,
+        local_path=None,
+        source="builtin",
+        config=config,
+        quantization=data["quantization"],
+        safetensors_files=data["safetensors_files"],
+        weights=[TensorGroup(g["part"], g["tensors"], g["bytes_by_dtype"]) for g in data["weights"]],
+    )
+
+
+def probe_model(requested: str, *, hf_home: str, offline: bool) -> ModelFacts:
+    """Facts about the checkpoint `requested` names (alias, repo id or local directory); never raises on its content."""
+    repo = ALIASES.get(requested, requested)
+    local = resolve_local(repo, hf_home)
+    if local is not None:
+        return probe_local(repo, *local)
+    if Path(repo).is_absolute() or repo.startswith("."):
+        return _invalid(repo, None, f"{repo}: no such directory")
+    if offline:
+        why = f"HF_HUB_OFFLINE=1 and {repo} is not in {os.path.join(hf_home, 'hub')}"
+    else:
+        remote, why = probe_remote(repo)
+        if remote is not None:
+            return remote
+    builtin = builtin_facts(repo, why)
+    if builtin is not None:
+        return builtin
+    return ModelFacts(requested=repo, local_path=None, source="not-local", error=why)

@@ -1,0 +1,86 @@
+"""Host RAM needed to load a checkpoint with vLLM 0.33, against what the host offers, and the swap to add.
+
+vLLM 0.33 reads safetensors lazily by default (`safetensors_weights_iterator`: `safe_open` memory-maps each file and
+copies one tensor at a time), which is its lowest-memory path; `--safetensors-load-strategy eager` reads each whole
+file first (`load(f.read())`). The peak is an empirical line through FACTS.md's two published peaks, stated as such.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from t4serve.derived import Derived
+from t4serve.facts import HostFacts, ModelFacts
+
+MIB = 1024**2
+GIB = 1024**3
+GB = 1e9
+
+# FACTS.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked at
+# 6,761 MiB (bf16, 10.246 GB of safetensors) and 4,770 MiB (QAT, 7.541 GB). RAM was full at the peak, so the peak
+# demand was about 7.8 GB + swap: 14.889 GB and 12.802 GB. A line through the two points:
+PUBLISHED_HOST_RAM = 7.8 * GB
+PUBLISHED_PEAKS = ((10_246_357_062, PUBLISHED_HOST_RAM + 6761 * MIB), (7_541_085_174, PUBLISHED_HOST_RAM + 4770 * MIB))
+_SLOPE = (PUBLISHED_PEAKS[0][1] - PUBLISHED_PEAKS[1][1]) / (PUBLISHED_PEAKS[0][0] - PUBLISHED_PEAKS[1][0])
+_BASE = PUBLISHED_PEAKS[0][1] - _SLOPE * PUBLISHED_PEAKS[0][0]
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    need_bytes: Derived
+    available_bytes: Derived | None
+    swap_to_add_bytes: Derived
+    eager_need_bytes: Derived
+    notes: list[str]
+
+
+def largest_file_bytes(model: ModelFacts) -> int:
+    """An upper bound on one safetensors file: the whole checkpoint over the file count, rounded up."""
+    return math.ceil(model.weight_bytes / max(model.safetensors_files, 1))
+
+
+def estimate(model: ModelFacts, host: HostFacts | None) -> HostMemory:
+    ckpt = model.weight_bytes
+    need = int(_BASE + _SLOPE * ckpt)
+    how = (f"{_BASE / GB:.3f} GB (processes, CUDA host state) + {_SLOPE:.3f} x {ckpt / GB:.3f} GB of safetensors; "
+           "line through FACTS.md's published load peaks (bf16 7.8 GB RAM + 6,761 MiB swap, QAT + 4,770 MiB)")
+    per_file = largest_file_bytes(model)
+    eager = need + 2 * per_file
+    eager_d = Derived(
+        eager, "B",
+        f"{need / GB:.3f} GB + 2 x {per_file / GB:.3f} GB (--safetensors-load-strategy eager holds a file's bytes and "
+        "its tensors at once); the default lazy (mmap) path is vLLM's lowest-memory one",
+    )
+    notes: list[str] = []
+    if host is None:
+        return HostMemory(Derived(need, "B", how), None,
+                          Derived(0, "B", "host not probed: nothing to compare", "default"), eager_d, notes)
+    usable = host.mem_available_bytes + host.swap_free_bytes
+    usable_how = (f"MemAvailable {host.mem_available_bytes / GIB:.2f} GiB + free swap "
+                  f"{host.swap_free_bytes / GIB:.2f} GiB")
+    limit = host.cgroup_memory_limit_bytes
+    if limit is not None:
+        cgroup_total = limit + (host.cgroup_swap_limit_bytes or 0)
+        if cgroup_total < usable:
+            usable = cgroup_total
+            swap_limit = host.cgroup_swap_limit_bytes or 0
+            usable_how += f", capped by the cgroup limit {limit / GIB:.2f} GiB + {swap_limit / GIB:.2f} GiB swap"
+        if limit + (host.cgroup_swap_limit_bytes or 0) < need:
+            notes.append(
+                f"the container's memory limit ({limit / GIB:.2f} GiB RAM + "
+                f"{(host.cgroup_swap_limit_bytes or 0) / GIB:.2f} GiB swap) is below the {need / GIB:.2f} GiB loading "
+                "needs: swap on the host does not help; raise the limit (docker run --memory/--memory-swap, compose "
+                "mem_limit/memswap_limit) or use the QAT checkpoint"
+            )
+    short = need - usable
+    if short <= 0:
+        add = Derived(0, "B", f"need {need / GIB:.2f} GiB <= usable {usable / GIB:.2f} GiB: none")
+    else:
+        whole = math.ceil(short / GIB)
+        add = Derived(
+            whole * GIB, "B",
+            f"need {need / GIB:.2f} GiB - usable {usable / GIB:.2f} GiB = {short / GIB:.2f} GiB short, rounded up "
+            f"to whole GiB: scripts/setup-swap {whole}G on the host",
+        )
+    return HostMemory(Derived(need, "B", how), Derived(usable, "B", usable_how), add, eager_d, notes)

@@ -1,0 +1,309 @@
+"""vLLM 0.33's KV cache accounting, reproduced from config.json: specs, page unification, groups, blocks, capacity.
+
+Pure arithmetic, mirroring (and named after) the functions in vllm/v1/core/kv_cache_planning.py, kv_cache_utils.py
+and vllm/v1/kv_cache_interface.py, so `capacity(layout, pool)` gives the "GPU KV cache size: N tokens" and "Maximum
+concurrency for L tokens per request: Nx" that vLLM logs for that pool. tests/oracle/kv_oracle.py checks it against
+vLLM's own code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from t4serve.errors import ConfigError
+
+# vLLM's CacheConfig.block_size for the CUDA attention backends (Triton included): 16 tokens.
+DEFAULT_BLOCK_SIZE = 16
+GIB = 1024**3
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def default_max_num_batched_tokens(gpu_memory_bytes: int, gpu_name: str = "") -> int:
+    """vllm/engine/arg_utils.py `EngineArgs.get_batch_defaults` for `vllm serve` (UsageContext.OPENAI_API_SERVER).
+
+    >= 160 GiB: 16384; >= 70 GiB and not an A100: 8192; otherwise (T4, A10G, L4, A100): 2048.
+    """
+    if gpu_memory_bytes >= 160 * GIB:
+        return 16384
+    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        return 8192
+    return 2048
+
+
+def max_in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool = True) -> int:
+    """`VllmConfig.max_in_flight_tokens` = max_concurrent_batches x max_num_batched_tokens.
+
+    `VllmConfig.max_concurrent_batches` is 2 with async scheduling (vLLM's default) and no pipeline parallelism, else 1.
+    """
+    return (2 if async_scheduling else 1) * max_num_batched_tokens
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """One attention layer's KV cache spec: `FullAttentionSpec` or `SlidingWindowSpec` (kv_cache_interface.py)."""
+
+    layer: int
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype_bytes: int
+    # None for full attention; the window in tokens for a sliding layer.
+    sliding_window: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "full" if self.sliding_window is None else "sliding"
+
+    @property
+    def bytes_per_token(self) -> int:
+        # K and V: (head_size + head_size_v) x dtype size x heads (`AttentionSpec.state_content_size_bytes`).
+        return self.num_kv_heads * 2 * self.head_size * self.dtype_bytes
+
+    @property
+    def page_size_bytes(self) -> int:
+        """`AttentionSpec.page_size_bytes`: heads x block_size x (K + V) x dtype size."""
+        return self.bytes_per_token * self.block_size
+
+    def same_type(self, other: KVSpec) -> bool:
+        """Equal except for the layer: the key `_get_kv_cache_groups_uniform_page_size` groups layers by."""
+        return replace(self, layer=0) == replace(other, layer=0)
+
+    def tokens_held(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """Tokens one request keeps cached in this layer at most."""
+        if self.sliding_window is None:
+            return max_model_len
+        # `SlidingWindowSpec.max_admission_blocks_per_request`: the last window-1 computed tokens plus every token
+        # scheduled but not yet settled, never more than max_model_len.
+        return min(self.sliding_window - 1 + in_flight_tokens, max_model_len)
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """cdiv(max_memory_usage_bytes, page_size_bytes), as `get_max_concurrency_for_kv_cache_config` sums it."""
+        held = self.tokens_held(max_model_len, in_flight_tokens)
+        if self.sliding_window is None:
+            return cdiv(held, self.block_size)  # `FullAttentionSpec.max_memory_usage_bytes`
+        # +1: the window need not start on a block boundary.
+        return cdiv(held, self.block_size) + 1
+
+
+def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> list[KVSpec]:
+    """The specs vLLM's `Attention.get_kv_cache_spec` returns for a Gemma 4 text config: only layers owning a cache.
+
+    KV-shared layers (the last `num_kv_shared_layers`) read another layer's cache and return no spec; full-attention
+    layers use `global_head_dim` (and `num_global_key_value_heads` where `attention_k_eq_v`), sliding layers
+    `head_dim` and `sliding_window`.
+    """
+    try:
+        layers = int(text["num_hidden_layers"])
+        layer_types = list(text.get("layer_types") or ["full_attention"] * layers)
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
+        kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            "the model's config.json lacks what KV cache sizing needs",
+            found=f"text config without a usable {exc}",
+            required="num_hidden_layers, num_attention_heads, hidden_size or head_dim (a decoder-only LM config)",
+            fix="point T4SERVE_MODEL at a complete checkpoint, or set T4SERVE_KV_CACHE_MEMORY_BYTES and "
+                "T4SERVE_MAX_MODEL_LEN yourself",
+        ) from exc
+    global_head = int(text.get("global_head_dim") or head_dim)
+    global_kv_heads = kv_heads
+    if text.get("attention_k_eq_v") and text.get("num_global_key_value_heads"):
+        global_kv_heads = int(text["num_global_key_value_heads"])
+    window = text.get("sliding_window")
+    owning = layers - int(text.get("num_kv_shared_layers") or 0)
+    specs = []
+    for i in range(owning):
+        if layer_types[i] == "sliding_attention" and window:
+            specs.append(KVSpec(i, block_size, kv_heads, head_dim, dtype_bytes, int(window)))
+        else:
+            specs.append(KVSpec(i, block_size, global_kv_heads, global_head, dtype_bytes, None))
+    return specs
+
+
+def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:
+    """`unify_kv_cache_spec_page_size`: smaller pages grow their block size by max_page / page (must divide)."""
+    largest = max(s.page_size_bytes for s in specs)
+    out = []
+    for s in specs:
+        if largest % s.page_size_bytes:
+            # vLLM would pad the page (page_size_padded); no Gemma config needs it, so refuse rather than guess.
+            raise ConfigError(
+                "KV cache page sizes cannot be unified by block size",
+                found=f"layer {s.layer} page {s.page_size_bytes} B does not divide the largest page {largest} B",
+                required="page sizes that divide each other (every Gemma 4 config)",
+                fix="set T4SERVE_KV_CACHE_MEMORY_BYTES and T4SERVE_MAX_NUM_SEQS yourself for this model",
+            )
+        out.append(replace(s, block_size=s.block_size * (largest // s.page_size_bytes)))
+    return out
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """A KV cache group: layers sharing one block table (`KVCacheGroupSpec`)."""
+
+    spec: KVSpec
+    layers: tuple[int, ...]
+
+    @property
+    def block_bytes(self) -> int:
+        return self.spec.page_size_bytes * len(self.layers)
+
+
+def get_kv_cache_groups(specs: list[KVSpec]) -> list[KVGroup]:
+    """`get_kv_cache_groups` for attention-only specs, via `_get_kv_cache_groups_uniform_page_size`.
+
+    Layers are bucketed by spec type in layer order; the group size is the smallest bucket (or the largest when it is
+    under 1.5x the smallest); each bucket splits into cdiv(len, size) groups taking layers[i::num_groups].
+    """
+    if not specs:
+        return []
+    if all(s.same_type(specs[0]) for s in specs):
+        return [KVGroup(specs[0], tuple(s.layer for s in specs))]  # `_get_kv_cache_groups_uniform_spec`
+    specs = unify_kv_cache_spec_page_size(specs)
+    buckets: list[list[KVSpec]] = []
+    for s in specs:
+        for bucket in buckets:
+            if bucket[0].same_type(s):
+                bucket.append(s)
+                break
+        else:
+            buckets.append([s])
+    smallest = min(len(b) for b in buckets)
+    largest = max(len(b) for b in buckets)
+    group_size = largest if largest < smallest * 1.5 else smallest
+    groups = []
+    for bucket in buckets:
+        num_groups = cdiv(len(bucket), group_size)
+        for i in range(num_groups):
+            groups.append(KVGroup(bucket[0], tuple(s.layer for s in bucket[i::num_groups])))
+    return groups
+
+
+def bytes_per_block(groups: list[KVGroup]) -> int:
+    """`_get_kv_cache_bytes_per_block` (layer-outer layout): the largest group's sum of its layers' pages.
+
+    Groups alias the same memory, so one block id costs the widest group's bytes, padding groups included.
+    """
+    return max(g.block_bytes for g in groups)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """Everything about a model's KV cache that does not depend on the pool size."""
+
+    specs: tuple[KVSpec, ...]
+    groups: tuple[KVGroup, ...]
+    bytes_per_block: int
+    max_model_len: int
+    in_flight_tokens: int
+    # Blocks one max-length request takes from the shared pool, per group (summed by vLLM).
+    blocks_per_request_by_group: tuple[int, ...]
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(self.blocks_per_request_by_group)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token's K and V take across the owning layers (before block rounding and unification)."""
+        return sum(s.bytes_per_token for s in self.specs)
+
+    def describe(self) -> str:
+        parts = []
+        for g, blocks in zip(self.groups, self.blocks_per_request_by_group, strict=True):
+            held = g.spec.tokens_held(self.max_model_len, self.in_flight_tokens)
+            rule = (f"ceil({held}/{g.spec.block_size})" if g.spec.sliding_window is None
+                    else f"ceil(min({g.spec.sliding_window}-1+{self.in_flight_tokens}, {self.max_model_len})"
+                         f"/{g.spec.block_size})+1")
+            parts.append(f"{g.spec.kind} layers {list(g.layers)}: {rule} = {blocks}")
+        return (f"{len(self.groups)} groups, block = {self.bytes_per_block:,} B; blocks per {self.max_model_len}-token "
+                f"request: " + "; ".join(parts) + f"; total {self.blocks_per_request}")
+
+
+def kv_layout(text: dict[str, Any], *, dtype_bytes: int, max_model_len: int, max_num_batched_tokens: int,
+              async_scheduling: bool = True, block_size: int = DEFAULT_BLOCK_SIZE) -> KVLayout:
+    specs = kv_cache_specs(text, dtype_bytes, block_size)
+    if not specs:
+        raise ConfigError(
+            "the model has no KV cache layers", found="0 attention layers own a KV cache",
+            required="a decoder with attention layers", fix="check T4SERVE_MODEL",
+        )
+    groups = get_kv_cache_groups(specs)
+    in_flight = max_in_flight_tokens(max_num_batched_tokens, async_scheduling)
+    return KVLayout(
+        specs=tuple(specs),
+        groups=tuple(groups),
+        bytes_per_block=bytes_per_block(groups),
+        max_model_len=max_model_len,
+        in_flight_tokens=in_flight,
+        blocks_per_request_by_group=tuple(g.spec.blocks_per_request(max_model_len, in_flight) for g in groups),
+    )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    pool_bytes: int
+    num_blocks: int
+    concurrency: float
+    tokens: int
+
+
+def capacity(layout: KVLayout, pool_bytes: int) -> Capacity:
+    """`get_kv_cache_config_from_groups` (num_blocks = pool // bytes per block) and `get_kv_cache_capacity`.
+
+    concurrency = num_blocks / blocks per max-length request (`get_max_concurrency_for_kv_cache_config`),
+    tokens = int(concurrency x max_model_len): what vLLM logs as "GPU KV cache size".
+    """
+    num_blocks = pool_bytes // layout.bytes_per_block
+    concurrency = num_blocks / layout.blocks_per_request
+    return Capacity(pool_bytes, num_blocks, concurrency, int(concurrency * layout.max_model_len))
+
+
+def fits(layout: KVLayout, pool_bytes: int) -> bool:
+    """`_check_enough_kv_cache_memory` after `get_kv_cache_configs` holds back the null block: one request must fit."""
+    return pool_bytes - layout.bytes_per_block >= layout.blocks_per_request * layout.bytes_per_block
+
+
+def min_pool_bytes(layout: KVLayout) -> int:
+    """The smallest pool vLLM accepts: one max-length request plus the null block."""
+    return (layout.blocks_per_request + 1) * layout.bytes_per_block
+
+
+def pool_bytes_range(layout: KVLayout, tokens: int) -> tuple[int, int]:
+    """[low, high): the pools for which vLLM reports exactly `tokens`; empty (low == high) when none does."""
+    # tokens = floor(num_blocks x L / B): the least num_blocks with num_blocks x L >= tokens x B, then up while equal.
+    per = layout.blocks_per_request
+    low_blocks = cdiv(tokens * per, layout.max_model_len)
+    high_blocks = low_blocks
+    while (high_blocks * layout.max_model_len) // per == tokens:
+        high_blocks += 1
+    if (low_blocks * layout.max_model_len) // per != tokens:
+        return low_blocks * layout.bytes_per_block, low_blocks * layout.bytes_per_block
+    return low_blocks * layout.bytes_per_block, high_blocks * layout.bytes_per_block
+
+
+def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
+                           max_num_batched_tokens: int, async_scheduling: bool = True,
+                           block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """`_estimate_max_model_len_from_groups`: the largest max_model_len <= upper whose one request fits; 0 if none."""
+
+    def ok(length: int) -> bool:
+        layout = kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
+                           max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                           block_size=block_size)
+        return fits(layout, pool_bytes)
+
+    if not ok(1):
+        return 0
+    left, right, best = 1, upper, 1
+    while left <= right:
+        mid = (left + right) // 2
+        if ok(mid):
+            best, left = mid, mid + 1
+        else:
+            right = mid - 1
+    return best

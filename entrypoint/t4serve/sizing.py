@@ -1,0 +1,250 @@
+"""Sizing: GPU + model facts + settings -> max_model_len, max_num_seqs, KV pool, tokens, concurrency, RAM, ceiling.
+
+`size(SizingInputs) -> Sizing` is the one entry `plan()` calls. Pure: every figure is a Derived carrying its
+arithmetic. The KV accounting is vLLM 0.33's own (t4serve.kvcache); the pool is predicted as total x utilization -
+weights in GPU memory - activation peak - non-torch/graph allowance, each term shown. A set value wins ("setting").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from t4serve import hostmem, kvcache
+from t4serve.checkpoint import PART_KV_SHARED_DROPPED
+from t4serve.derived import Derived
+from t4serve.errors import ConfigError
+from t4serve.facts import HostFacts, ModelFacts
+from t4serve.roofline import roofline
+
+GIB = 1024**3
+MIB = 1024**2
+
+# vLLM's default --max-num-seqs for `vllm serve` on GPUs under 70 GiB (EngineArgs.get_batch_defaults) and the cap here.
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+# The published T4 deployment served 16384-token requests (FACTS.md); plan that unless the pool or model says less.
+DEFAULT_MAX_MODEL_LEN = 16384
+
+# CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
+# checkpoint. Calibrated once on the published bf16 T4 run (FACTS.md): 15 GiB x 0.9 = 13.5 GiB requested, pool
+# 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.6953 GiB from the
+# headers, activation peak 0.2673 GiB (below) -> 13.5 - 9.6953 - 0.2673 - 2.8321 = 0.7053 GiB.
+# tests/unit/test_sizing.py recomputes this from those inputs.
+NON_TORCH_AND_GRAPHS_BYTES = int(0.7053 * GIB)
+
+
+@dataclass(frozen=True)
+class SizingInputs:
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    compute_capability: tuple[int, int]
+    bandwidth_bytes_per_s: float | None
+    model: ModelFacts
+    dtype_bytes: int
+    max_model_len: int | None
+    max_num_seqs: int | None
+    kv_cache_memory_bytes: int | None
+    host: HostFacts | None
+
+
+@dataclass(frozen=True)
+class Sizing:
+    max_model_len: Derived
+    max_num_seqs: Derived
+    kv_cache_memory_bytes: Derived | None
+    kv_pool_bytes: Derived
+    kv_tokens: Derived
+    concurrency: Derived
+    host_memory_need_bytes: Derived
+    swap_to_add_bytes: Derived
+    decode_ceiling_tokens_per_s: Derived | None
+    notes: list[str] = field(default_factory=list)
+
+
+def text_config(model: ModelFacts) -> dict[str, object]:
+    text = model.config.get("text")
+    if not isinstance(text, dict) or "num_hidden_layers" not in text:
+        raise ConfigError(
+            "sizing needs the model's config.json",
+            found=f"{model.requested}: source {model.source}; {model.error or 'no text config'}",
+            required="a checkpoint with config.json (local, from the hub, or a built-in alias: qat, bf16)",
+            fix="set T4SERVE_MODEL to a downloaded checkpoint directory or an alias",
+        )
+    return text
+
+
+def weights_in_gpu(model: ModelFacts, dtype_bytes: int) -> tuple[int, str]:
+    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; 32-bit floats cast to the dtype."""
+    total = 0
+    f32 = 0
+    for g in model.weights:
+        if g.part == PART_KV_SHARED_DROPPED:
+            continue
+        for dtype, n in g.bytes_by_dtype.items():
+            if dtype == "F32":
+                f32 += n
+                total += n * dtype_bytes // 4
+            else:
+                total += n
+    dropped = sum(g.total_bytes for g in model.weights if g.part == PART_KV_SHARED_DROPPED)
+    how = f"{model.weight_bytes / GIB:.4f} GiB in the headers - {dropped / GIB:.4f} GiB dropped KV-shared K/V"
+    if f32:
+        how += f" - {(f32 - f32 * dtype_bytes // 4) / GIB:.4f} GiB of float32 cast to {8 * dtype_bytes}-bit"
+    return total, how
+
+
+def rotary_buffers(text: dict[str, object], dtype_bytes: int) -> tuple[int, str]:
+    """vLLM's `get_rope` cos/sin caches: one per distinct head size, [max_position_embeddings, head] in the dtype."""
+    max_pos = int(str(text.get("max_position_embeddings", 0)))
+    heads = {int(str(text.get("head_dim") or 0))}
+    if text.get("global_head_dim"):
+        heads.add(int(str(text["global_head_dim"])))
+    heads.discard(0)
+    total = sum(max_pos * h * dtype_bytes for h in heads)
+    sizes = " + ".join(map(str, sorted(heads)))
+    return total, f"rotary cos/sin caches {max_pos:,} positions x ({sizes}) x {dtype_bytes} B"
+
+
+def activation_peak(text: dict[str, object], *, tokens: int, max_num_seqs: int, dtype_bytes: int) -> tuple[int, str]:
+    """The profile run's largest live tensors: one forward of `tokens` tokens plus the dummy sampler over the seqs."""
+
+    def i(key: str, default: int = 0) -> int:
+        value = text.get(key)
+        return int(str(value)) if value is not None else default
+
+    hidden, layers = i("hidden_size"), i("num_hidden_layers")
+    mlp = i("intermediate_size") * (2 if text.get("use_double_wide_mlp") else 1)
+    head = max(i("head_dim"), i("global_head_dim"))
+    qkv = (i("num_attention_heads") + 2 * i("num_key_value_heads", 1)) * head
+    ple = layers * i("hidden_size_per_layer_input")
+    vocab = i("vocab_size")
+    forward = tokens * dtype_bytes * (3 * mlp + 4 * hidden + qkv + 2 * ple)
+    sampler = max_num_seqs * vocab * 4 * 2
+    how = (f"forward of {tokens} tokens x {dtype_bytes} B x (3 x {mlp} MLP + 4 x {hidden} hidden + {qkv} qkv + 2 x "
+           f"{ple} per-layer inputs) = {forward / GIB:.4f} GiB; sampler {max_num_seqs} seqs x {vocab:,} x fp32 logits"
+           f" and probs = {sampler / GIB:.4f} GiB")
+    return forward + sampler, how
+
+
+def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: int,
+                 batched_tokens: int) -> tuple[int, str]:
+    requested = int(inputs.gpu_memory_bytes * inputs.gpu_memory_utilization)
+    weights, weights_how = weights_in_gpu(inputs.model, inputs.dtype_bytes)
+    rope, rope_how = rotary_buffers(text, inputs.dtype_bytes)
+    act, act_how = activation_peak(text, tokens=batched_tokens, max_num_seqs=max_num_seqs,
+                                   dtype_bytes=inputs.dtype_bytes)
+    pool = requested - weights - rope - act - NON_TORCH_AND_GRAPHS_BYTES
+    how = (f"{inputs.gpu_memory_bytes / GIB:.4f} GiB x {inputs.gpu_memory_utilization} = {requested / GIB:.4f} GiB"
+           f" - weights {weights / GIB:.4f} GiB ({weights_how}) - buffers {rope / GIB:.4f} GiB ({rope_how})"
+           f" - activation {act / GIB:.4f} GiB ({act_how}) - non-torch and CUDA graphs "
+           f"{NON_TORCH_AND_GRAPHS_BYTES / GIB:.4f} GiB (calibrated on the published T4 run)")
+    return pool, how
+
+
+def size(inputs: SizingInputs) -> Sizing:
+    model = inputs.model
+    text = text_config(model)
+    notes: list[str] = []
+    batched = kvcache.default_max_num_batched_tokens(inputs.gpu_memory_bytes)
+    model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
+
+    def layout(length: int) -> kvcache.KVLayout:
+        return kvcache.kv_layout(text, dtype_bytes=inputs.dtype_bytes, max_model_len=length,
+                                 max_num_batched_tokens=batched)
+
+    # The pool: a set --kv-cache-memory-bytes is used as is (vLLM skips profiling); else predicted. The activation
+    # term depends on max_num_seqs, so predict with the setting (or vLLM's default), then again with the choice.
+    seqs_guess = inputs.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+    if inputs.kv_cache_memory_bytes is not None:
+        pool = inputs.kv_cache_memory_bytes
+        pool_d = Derived(pool, "B", "T4SERVE_KV_CACHE_MEMORY_BYTES (vLLM skips memory profiling)", "setting")
+    else:
+        pool, how = predict_pool(inputs, text, seqs_guess, batched)
+        pool_d = Derived(pool, "B", how)
+    if pool <= 0:
+        raise ConfigError(
+            "no GPU memory is left for the KV cache",
+            found=f"predicted pool {pool / GIB:.2f} GiB: {pool_d.how}",
+            required="weights + activations below total x T4SERVE_GPU_MEMORY_UTILIZATION",
+            fix="use the QAT checkpoint (T4SERVE_MODEL=qat), raise T4SERVE_GPU_MEMORY_UTILIZATION, or a larger GPU",
+        )
+
+    # max_model_len: the setting, else the published 16384 capped by the model and by what one request can fit.
+    if inputs.max_model_len is not None:
+        max_len = Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
+        if not kvcache.fits(layout(inputs.max_model_len), pool):
+            fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes, upper=model_max,
+                                                 max_num_batched_tokens=batched)
+            raise ConfigError(
+                "T4SERVE_MAX_MODEL_LEN does not fit the KV cache pool",
+                found=f"{inputs.max_model_len:,} tokens need {kvcache.min_pool_bytes(layout(inputs.max_model_len)):,}"
+                      f" B; the pool is {pool:,} B",
+                required=f"at most {fit:,} tokens for this pool",
+                fix=f"set T4SERVE_MAX_MODEL_LEN={fit} or lower, or use the QAT checkpoint",
+            )
+    else:
+        fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes,
+                                             upper=min(DEFAULT_MAX_MODEL_LEN, model_max),
+                                             max_num_batched_tokens=batched)
+        if fit == 0:
+            raise ConfigError(
+                "the KV cache pool cannot hold even one token",
+                found=f"pool {pool:,} B", required=f"at least {layout(1).bytes_per_block * 2:,} B",
+                fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
+            )
+        max_len = Derived(fit, "tokens",
+                          f"min({DEFAULT_MAX_MODEL_LEN} as published, model's {model_max:,}, largest one request fits "
+                          f"in the pool) = {fit:,}")
+    length = int(max_len.value)
+    lay = layout(length)
+
+    # max_num_seqs: as many max-length requests as the pool holds at once (no preemption), capped at vLLM's default.
+    if inputs.max_num_seqs is not None:
+        seqs = Derived(inputs.max_num_seqs, "seqs", "T4SERVE_MAX_NUM_SEQS", "setting")
+    else:
+        held = kvcache.capacity(lay, pool).num_blocks // lay.blocks_per_request
+        chosen = max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, held))
+        seqs = Derived(chosen, "seqs",
+                       f"floor({kvcache.capacity(lay, pool).num_blocks:,} blocks / {lay.blocks_per_request:,} per "
+                       f"{length:,}-token request) = {held}, capped at vLLM's {VLLM_DEFAULT_MAX_NUM_SEQS}: every "
+                       "admitted request can reach max_model_len without preemption")
+        if inputs.kv_cache_memory_bytes is None and chosen != seqs_guess:
+            pool, how = predict_pool(inputs, text, chosen, batched)
+            pool_d = Derived(pool, "B", how)
+
+    # --kv-cache-memory-bytes: whole blocks of the predicted pool, so tokens and concurrency are exactly these.
+    kv_bytes: Derived | None
+    if inputs.kv_cache_memory_bytes is not None:
+        kv_bytes = pool_d
+    else:
+        whole = pool // lay.bytes_per_block * lay.bytes_per_block
+        kv_bytes = Derived(whole, "B", f"predicted pool rounded down to whole {lay.bytes_per_block:,}-B blocks: vLLM "
+                                       "skips profiling and logs exactly the tokens below")
+        pool = whole
+        pool_d = Derived(whole, "B", pool_d.how + f"; rounded down to {whole // lay.bytes_per_block:,} blocks")
+    cap = kvcache.capacity(lay, pool)
+    if cap.concurrency < float(seqs.value):
+        notes.append(f"the pool holds {cap.concurrency:.2f} max-length requests but max_num_seqs is {int(seqs.value)}:"
+                     " long requests will be preempted")
+
+    host = hostmem.estimate(model, inputs.host)
+    notes += host.notes
+    if inputs.host is not None and host.swap_to_add_bytes.value > 0:
+        notes.append(f"loading needs {host.need_bytes.format_value()}; vLLM has no lower-memory load path than its "
+                     f"default (eager loading would need {host.eager_need_bytes.format_value()})")
+    ceiling = roofline(model, context=length, dtype_bytes=inputs.dtype_bytes,
+                       bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
+    if model.source == "builtin":
+        notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    return Sizing(
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        kv_cache_memory_bytes=kv_bytes,
+        kv_pool_bytes=pool_d,
+        kv_tokens=Derived(cap.tokens, "tokens",
+                          f"int({cap.concurrency:.4f} x {length:,}) (vLLM's get_kv_cache_capacity)"),
+        concurrency=Derived(round(cap.concurrency, 2), "x", f"{cap.num_blocks:,} blocks / {lay.describe()}"),
+        host_memory_need_bytes=host.need_bytes,
+        swap_to_add_bytes=host.swap_to_add_bytes,
+        decode_ceiling_tokens_per_s=ceiling,
+        notes=notes,
+    )

@@ -1,0 +1,294 @@
+"""Writes Gemma 4 E2B test checkpoints: the real config.json and safetensors headers, with sparse (free) data.
+
+`write_checkpoint(dir, kind="bf16"|"qat")` writes config.json plus safetensors files whose headers carry the tensor
+names and shapes of google/gemma-4-E2B-it (bf16) or its compressed-tensors W4A16 build. Names and shapes were derived
+by instantiating transformers' Gemma4ForConditionalGeneration on the meta device with E2B_CONFIG (see
+tests/oracle/checkpoint_names.py, which re-checks them), plus the k_proj/v_proj/k_norm tensors that the published
+checkpoints still ship for KV-shared layers and that vLLM 0.33 drops (`_gemma4_layer_weights_mapper`).
+With sparse=True the data region is a hole (header, then truncate to full size): a 10 GB checkpoint costs no disk.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+FULL_LAYERS = (4, 9, 14, 19, 24, 29, 34)
+
+# FACTS.md "Gemma 4 E2B architecture"; vision and audio sub-configs are transformers 5.x's defaults, which its docs
+# give as the google/gemma-4-e2b-it configuration.
+E2B_CONFIG: dict[str, Any] = {
+    "architectures": ["Gemma4ForConditionalGeneration"],
+    "model_type": "gemma4",
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "gemma4_text",
+        "vocab_size": 262144,
+        "hidden_size": 1536,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 35,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "sliding_window": 512,
+        "layer_types": ["full_attention" if i in FULL_LAYERS else "sliding_attention" for i in range(35)],
+        "final_logit_softcapping": 30.0,
+        "vocab_size_per_layer_input": 262144,
+        "hidden_size_per_layer_input": 256,
+        "num_kv_shared_layers": 20,
+        "use_double_wide_mlp": True,
+        "attention_k_eq_v": False,
+        "enable_moe_block": False,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0},
+        },
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "bos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    },
+    "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768, "intermediate_size": 3072,
+                      "num_hidden_layers": 16, "num_attention_heads": 12, "head_dim": 64,
+                      "position_embedding_size": 10240, "patch_size": 16},
+    "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024, "num_hidden_layers": 12,
+                     "num_attention_heads": 8, "output_proj_dims": 1536, "conv_kernel_size": 5,
+                     "subsampling_conv_channels": [128, 32]},
+}
+
+# compressed-tensors W4A16: int4 symmetric, group 32, pack-quantized; embeddings, vision and audio kept 16-bit. With
+# per_layer_model_projection quantized too, bf16 / QAT bytes read per token is 4.597 GB / 1.862 GB = 2.47x as published.
+QAT_QUANTIZATION_CONFIG: dict[str, Any] = {
+    "quant_method": "compressed-tensors",
+    "format": "pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32},
+            "input_activations": None,
+        }
+    },
+    "ignore": ["lm_head", "re:.*vision_tower.*", "re:.*audio_tower.*", "re:.*embed_vision.*", "re:.*embed_audio.*"],
+}
+
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}
+
+
+def e2b_config(kind: str = "bf16") -> dict[str, Any]:
+    config = copy.deepcopy(E2B_CONFIG)
+    if kind == "qat":
+        config["quantization_config"] = copy.deepcopy(QAT_QUANTIZATION_CONFIG)
+    elif kind != "bf16":
+        raise ValueError(f"kind must be 'bf16' or 'qat', not {kind!r}")
+    return config
+
+
+def _text_tensors(text: dict[str, Any]) -> list[tuple[str, list[int], bool]]:
+    """(name, shape, is_quantizable_linear) for the text stack, in checkpoint order."""
+    hidden = text["hidden_size"]
+    ple = text["hidden_size_per_layer_input"]
+    layers = text["num_hidden_layers"]
+    first_shared = layers - text["num_kv_shared_layers"]
+    out: list[tuple[str, list[int], bool]] = [
+        ("model.language_model.embed_tokens.weight", [text["vocab_size"], hidden], False),
+        ("model.language_model.embed_tokens_per_layer.weight",
+         [text["vocab_size_per_layer_input"], layers * ple], False),
+        ("model.language_model.per_layer_model_projection.weight", [layers * ple, hidden], True),
+        ("model.language_model.per_layer_projection_norm.weight", [ple], False),
+        ("model.language_model.norm.weight", [hidden], False),
+    ]
+    for i, layer_type in enumerate(text["layer_types"]):
+        p = f"model.language_model.layers.{i}."
+        head = text["global_head_dim"] if layer_type == "full_attention" else text["head_dim"]
+        q = text["num_attention_heads"] * head
+        kv = text["num_key_value_heads"] * head
+        mlp = text["intermediate_size"] * (2 if text.get("use_double_wide_mlp") and i >= first_shared else 1)
+        out += [
+            (p + "layer_scalar", [1], False),
+            (p + "self_attn.q_proj.weight", [q, hidden], True),
+            (p + "self_attn.k_proj.weight", [kv, hidden], True),
+            (p + "self_attn.v_proj.weight", [kv, hidden], True),
+            (p + "self_attn.o_proj.weight", [hidden, q], True),
+            (p + "self_attn.q_norm.weight", [head], False),
+            (p + "self_attn.k_norm.weight", [head], False),
+            (p + "mlp.gate_proj.weight", [mlp, hidden], True),
+            (p + "mlp.up_proj.weight", [mlp, hidden], True),
+            (p + "mlp.down_proj.weight", [hidden, mlp], True),
+            (p + "per_layer_input_gate.weight", [ple, hidden], True),
+            (p + "per_layer_projection.weight", [hidden, ple], True),
+        ]
+        out += [(p + n + ".weight", [hidden], False) for n in (
+            "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
+            "post_per_layer_input_norm")]
+    return out
+
+
+def _vision_tensors(vision: dict[str, Any], text_hidden: int) -> list[tuple[str, list[int]]]:
+    h, m, hd = vision["hidden_size"], vision["intermediate_size"], vision["head_dim"]
+    p = "model.vision_tower."
+    out = [(p + "patch_embedder.position_embedding_table", [2, vision["position_embedding_size"], h]),
+           (p + "patch_embedder.input_proj.weight", [h, 3 * vision["patch_size"] ** 2 // 1])]
+    # input_proj maps a 16x16x3 patch (768 values) to hidden 768.
+    for i in range(vision["num_hidden_layers"]):
+        lp = f"{p}encoder.layers.{i}."
+        out += [(lp + f"self_attn.{n}_proj.linear.weight", [h, h]) for n in ("q", "k", "v", "o")]
+        out += [(lp + "self_attn.q_norm.weight", [hd]), (lp + "self_attn.k_norm.weight", [hd]),
+                (lp + "mlp.gate_proj.linear.weight", [m, h]), (lp + "mlp.up_proj.linear.weight", [m, h]),
+                (lp + "mlp.down_proj.linear.weight", [h, m])]
+        out += [(lp + n + ".weight", [h]) for n in (
+            "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")]
+    out.append(("model.embed_vision.embedding_projection.weight", [text_hidden, h]))
+    return out
+
+
+def _audio_tensors(audio: dict[str, Any], text_hidden: int) -> list[tuple[str, list[int]]]:
+    h = audio["hidden_size"]
+    c0, c1 = audio["subsampling_conv_channels"]
+    p = "model.audio_tower."
+    out = [(p + "subsample_conv_projection.layer0.conv.weight", [c0, 1, 3, 3]),
+           (p + "subsample_conv_projection.layer0.norm.weight", [c0]),
+           (p + "subsample_conv_projection.layer1.conv.weight", [c1, c0, 3, 3]),
+           (p + "subsample_conv_projection.layer1.norm.weight", [c1]),
+           (p + "subsample_conv_projection.input_proj_linear.weight", [h, h])]
+
+    def clipped(name: str, shape: list[int]) -> list[tuple[str, list[int]]]:
+        return [(name + ".linear.weight", shape)] + [(f"{name}.{b}", []) for b in
+                                                       ("input_min", "input_max", "output_min", "output_max")]
+
+    for i in range(audio["num_hidden_layers"]):
+        lp = f"{p}layers.{i}."
+        for ff in ("feed_forward1", "feed_forward2"):
+            out += clipped(lp + ff + ".ffw_layer_1", [4 * h, h]) + clipped(lp + ff + ".ffw_layer_2", [h, 4 * h])
+            out += [(lp + ff + ".pre_layer_norm.weight", [h]), (lp + ff + ".post_layer_norm.weight", [h])]
+        out.append((lp + "self_attn.per_dim_scale", [h // audio["num_attention_heads"]]))
+        for n in ("q_proj", "k_proj", "v_proj", "post"):
+            out += clipped(lp + "self_attn." + n, [h, h])
+        out.append((lp + "self_attn.relative_k_proj.weight", [h, h]))
+        out += clipped(lp + "lconv1d.linear_start", [2 * h, h]) + clipped(lp + "lconv1d.linear_end", [h, h])
+        out += [(lp + "lconv1d.depthwise_conv1d.weight", [h, 1, audio["conv_kernel_size"]]),
+                (lp + "lconv1d.pre_layer_norm.weight", [h]), (lp + "lconv1d.conv_norm.weight", [h]),
+                (lp + "norm_pre_attn.weight", [h]), (lp + "norm_post_attn.weight", [h]), (lp + "norm_out.weight", [h])]
+    out += [(p + "output_proj.weight", [audio["output_proj_dims"], h]),
+            (p + "output_proj.bias", [audio["output_proj_dims"]]),
+            ("model.embed_audio.embedding_projection.weight", [text_hidden, text_hidden])]
+    return out
+
+
+def checkpoint_tensors(kind: str = "bf16") -> list[tuple[str, str, list[int]]]:
+    """(name, safetensors dtype, shape) of every tensor in the checkpoint, in file order."""
+    config = e2b_config(kind)
+    text = config["text_config"]
+    out: list[tuple[str, str, list[int]]] = []
+    for name, shape, linear in _text_tensors(text):
+        if kind == "qat" and linear:
+            base = name.removesuffix(".weight")
+            rows, cols = shape
+            out += [(base + ".weight_packed", "I32", [rows, math.ceil(cols * 4 / 32)]),
+                    (base + ".weight_scale", "BF16", [rows, cols // 32]),
+                    (base + ".weight_shape", "I64", [2])]
+        else:
+            out.append((name, "BF16", shape))
+    out += [(n, "BF16", s) for n, s in _vision_tensors(config["vision_config"], text["hidden_size"])]
+    out += [(n, "BF16", s) for n, s in _audio_tensors(config["audio_config"], text["hidden_size"])]
+    return out
+
+
+def tensor_bytes(dtype: str, shape: list[int]) -> int:
+    return DTYPE_BYTES[dtype] * math.prod(shape)
+
+
+def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int]]], *, sparse: bool = True,
+                      metadata: dict[str, str] | None = None) -> int:
+    """Write one safetensors file (header + data region); returns its size. Data is zeros (a hole when sparse)."""
+    header: dict[str, Any] = {"__metadata__": metadata or {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape in tensors:
+        size = tensor_bytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # safetensors pads the header to 8-byte alignment with spaces
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        if sparse:
+            f.truncate(8 + len(blob) + offset)
+        else:
+            f.write(b"\0" * offset)
+    return 8 + len(blob) + offset
+
+
+def write_checkpoint(directory: str | Path, kind: str = "bf16", sparse: bool = True, shards: int = 1,
+                     config: dict[str, Any] | None = None) -> Path:
+    """Write config.json and the safetensors files of an E2B checkpoint into `directory` (created)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config if config is not None else e2b_config(kind), indent=2))
+    tensors = checkpoint_tensors(kind)
+    if shards == 1:
+        write_safetensors(d / "model.safetensors", tensors, sparse=sparse)
+        return d
+    per = math.ceil(len(tensors) / shards)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i in range(shards):
+        part = tensors[i * per:(i + 1) * per]
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(d / name, part, sparse=sparse)
+        total += sum(tensor_bytes(dt, s) for _, dt, s in part)
+        weight_map.update({n: name for n, _, _ in part})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return d
+
+
+def write_hf_cache(hf_home: str | Path, repo_id: str, kind: str = "bf16", revision: str = "0" * 40,
+                   **kwargs: Any) -> Path:
+    """Write the checkpoint in the HF cache layout: $HF_HOME/hub/models--org--name/snapshots/<rev>/, refs/main."""
+    repo_dir = Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs" / "main").write_text(revision)
+    return write_checkpoint(repo_dir / "snapshots" / revision, kind=kind, **kwargs)
+
+
+BUILTIN_PROVENANCE = {
+    "bf16": "built-in facts for google/gemma-4-E2B-it: config.json per FACTS.md (E2B architecture), tensor names and "
+            "shapes from transformers' Gemma 4 model on the meta device plus the shipped KV-shared K/V weights",
+    "qat": "built-in facts for google/gemma-4-E2B-it-qat-w4a16-ct: the bf16 layout with every text linear "
+           "pack-quantized (compressed-tensors W4A16, int4, group 32, bf16 scales); embeddings, vision, audio 16-bit",
+}
+
+
+def builtin_data(kind: str, scratch: str | Path) -> dict[str, Any]:
+    """The JSON shipped in t4serve/data/models/ for an alias: probe_model's facts on a written checkpoint."""
+    from t4serve.checkpoint import probe_local
+    from t4serve.serde import to_dict
+
+    facts = probe_local("x", write_checkpoint(Path(scratch) / kind, kind=kind), "local-dir")
+    return {
+        "provenance": BUILTIN_PROVENANCE[kind],
+        "config": facts.config,
+        "quantization": facts.quantization,
+        "safetensors_files": facts.safetensors_files,
+        "weights": to_dict(facts.weights),
+    }
+
+
+if __name__ == "__main__":  # regenerate the built-in facts: python tests/unit/e2b_checkpoint.py DATA_DIR
+    import sys
+    import tempfile
+
+    out = Path(sys.argv[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, name in (("bf16", "gemma-4-E2B-it.json"), ("qat", "gemma-4-E2B-it-qat-w4a16-ct.json")):
+            (out / name).write_text(json.dumps(builtin_data(kind, tmp), indent=1) + "\n")

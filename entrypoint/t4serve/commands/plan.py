@@ -1,0 +1,40 @@
+"""`t4serve plan [--json] [--facts FILE] [--gpu KEY]`: the vLLM command line and the numbers behind it.
+
+Settings come from the environment and the shared options; facts from this machine, or a recording (`--facts`), with
+the GPU optionally replaced by a known card (`--gpu t4`), so a T4 plan can be read on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from t4serve.gpus import KNOWN_GPUS
+from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
+from t4serve.plan import plan
+from t4serve.settings import Settings, settings_options
+
+
+@click.command("plan")
+@click.option("--json", "as_json", is_flag=True, help="Print settings and plan as JSON.")
+@click.option("--facts", "facts_file", metavar="FILE", help="Plan for facts recorded by `t4serve probe --json`.")
+@click.option(
+    "--gpu",
+    type=click.Choice(sorted(KNOWN_GPUS), case_sensitive=False),
+    help="Plan for a known GPU instead of the probed one.",
+)
+@settings_options
+def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
+    """Print the exact `vllm serve` command t4serve would run, each derived number with its arithmetic."""
+    facts = load_facts(facts_file) if facts_file else gather_facts(settings, os.environ)
+    facts = ensure_model(settings, facts)
+    if gpu:
+        facts = with_known_gpu(facts, gpu)
+    the_plan = plan(settings, facts)
+    if as_json:
+        click.echo(json.dumps({"settings": settings.to_dict(), "plan": the_plan.to_dict()}, indent=2))
+    else:
+        click.echo("settings:\n" + settings.summary() + "\n\nplan:\n" + the_plan.summary())
+    return 0

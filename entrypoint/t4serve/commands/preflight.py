@@ -1,0 +1,29 @@
+"""`t4serve preflight [--json] [--facts FILE]`: can this machine run the plan? Exit 3 on any failed check.
+
+The checks are the ones `serve` runs before starting vLLM. T4SERVE_PREFLIGHT=warn lets `serve` start anyway; it never
+changes this command's exit code, so `preflight` stays an honest test of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from t4serve.errors import PreflightError
+from t4serve.pipeline import ensure_model, gather_facts, load_facts, prepare
+from t4serve.preflight import format_table, has_failures, to_json
+from t4serve.settings import Settings, settings_options
+
+
+@click.command("preflight")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--facts", "facts_file", metavar="FILE", help="Check facts recorded by `t4serve probe --json`.")
+@settings_options
+def command(as_json: bool, facts_file: str | None, settings: Settings) -> int:
+    """Check GPU, driver, torch build, clamp, memory, shared memory, disks, model and ports; exit 3 on a failure."""
+    facts = load_facts(facts_file) if facts_file else gather_facts(settings, os.environ)
+    facts = ensure_model(settings, facts)
+    _plan, findings = prepare(settings, facts)
+    click.echo(to_json(findings) if as_json else format_table(findings), nl=not as_json)
+    return PreflightError.exit_code if has_failures(findings) else 0

@@ -1,0 +1,146 @@
+"""The steps every command shares: Settings -> Facts (probed or replayed) -> Plan + preflight findings.
+
+`gather_facts(settings, environ)` is the only step that reads the machine (through t4serve.probes and
+t4serve.checkpoint); `prepare(settings, facts)` is pure. `serve`, `plan`, `preflight` and `probe` all call these, so
+what `preflight` checks is exactly what `serve` would run. Both signatures are stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from t4serve.errors import ConfigError
+from t4serve.facts import Facts, GpuDevice, GpuFacts
+from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
+from t4serve.preflight import Finding, run_checks
+from t4serve.settings import Settings
+
+# Each compile cache by role: the variable that moves it and its owner's default when unset. Measured one by one, so
+# caches left on the root filesystem are not mistaken for the roomy volume the image mounts at /cache.
+COMPILE_CACHES = {
+    "compile_cache": ("VLLM_CACHE_ROOT", "~/.cache/vllm"),
+    "triton_cache": ("TRITON_CACHE_DIR", "~/.triton/cache"),
+    "inductor_cache": ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"),
+}
+
+
+def write_paths(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    """Each path the server writes, by role, for the per-filesystem disk check."""
+    user = environ.get("USER") or environ.get("LOGNAME") or "root"
+    home = environ.get("HOME") or os.path.expanduser("~")
+    paths = {"hf_cache": settings.hf_home}
+    for role, (variable, default) in COMPILE_CACHES.items():
+        path = environ.get(variable) or default.format(user=user)
+        paths[role] = home + path[1:] if path.startswith("~") else path
+    paths["tmp"] = environ.get("TMPDIR") or "/tmp"
+    paths["state"] = settings.state_dir
+    return paths
+
+
+def listen_ports(settings: Settings) -> list[tuple[str, int]]:
+    ports = [(settings.host, settings.port)]
+    if settings.telemetry_port:
+        ports.append((settings.host, settings.telemetry_port))
+    return ports
+
+
+def gather_facts(settings: Settings, environ: Mapping[str, str]) -> Facts:
+    """Probe this machine (GPU, host, disks, build manifest) and the checkpoint the settings name."""
+    from t4serve.checkpoint import probe_model
+    from t4serve.probes import collect_facts
+
+    model = probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
+    return collect_facts(
+        environ=environ,
+        disk_paths=write_paths(settings, environ),
+        ports=listen_ports(settings),
+        manifest_path=settings.manifest,
+        model=model,
+    )
+
+
+def ensure_model(settings: Settings, facts: Facts) -> Facts:
+    """Facts whose model is the one the settings ask for: a recorded machine keeps its own model facts when they
+    match, and gets the requested checkpoint probed (local files, or built-in facts for the aliases) when not."""
+    if facts.model is not None and facts.model.requested == settings.model.target:
+        return facts
+    from t4serve.checkpoint import probe_model
+
+    model = probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
+    return dataclasses.replace(facts, model=model)
+
+
+def load_facts(path: str | Path) -> Facts:
+    """Facts recorded by `t4serve probe --json`; a missing or malformed file is a ConfigError (exit 2)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the facts file {file}",
+            found=f"{type(exc).__name__}: {exc.strerror or exc}",
+            required="a file written by `t4serve probe --json`",
+            fix="record one with `t4serve probe --json > facts.json`",
+        ) from None
+    try:
+        return Facts.from_json(text)
+    except ValueError as exc:
+        # json.JSONDecodeError, and serde's ConfigError for a wrong shape, are both ValueErrors or ConfigErrors.
+        raise ConfigError(
+            f"{file} is not a facts file",
+            found=str(exc).splitlines()[0],
+            required="JSON written by `t4serve probe --json` of this t4serve version",
+            fix="record it again with `t4serve probe --json > facts.json`",
+        ) from None
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{file} is not a facts file of this t4serve version",
+            found=exc.what,
+            required="JSON written by `t4serve probe --json` of this t4serve version",
+            fix="record it again with `t4serve probe --json > facts.json`",
+        ) from None
+
+
+def with_known_gpu(facts: Facts, key: str) -> Facts:
+    """Facts with the GPU replaced by a card from the known-GPU table (`plan --gpu t4`): full memory free, the
+    recorded driver kept. The device's uuid reads `known:<key>` so the plan says where its GPU came from."""
+    gpu = known_gpu(key)
+    if gpu is None:
+        raise ConfigError(
+            f"--gpu {key}: not a known GPU",
+            found=key,
+            required="one of " + ", ".join(sorted(KNOWN_GPUS)),
+            fix="pick one of those, or plan on the real machine without --gpu",
+        )
+    device = GpuDevice(
+        index=0,
+        name=gpu.name,
+        uuid=f"{KNOWN_GPU_UUID_PREFIX}{gpu.key}",
+        compute_capability=gpu.compute_capability,
+        memory_total_bytes=gpu.memory_bytes,
+        memory_free_bytes=gpu.memory_bytes,
+        shared_memory_per_block=gpu.shared_memory_per_block,
+        power_limit_w=gpu.power_limit_w,
+        power_max_limit_w=gpu.power_limit_w,
+        sm_clock_max_mhz=gpu.sm_clock_max_mhz,
+        memory_clock_max_mhz=None,
+    )
+    gpu_facts = GpuFacts(
+        nvml_available=True,
+        error=None,
+        driver_version=facts.gpu.driver_version,
+        cuda_driver_version=facts.gpu.cuda_driver_version,
+        devices=[device],
+        visible_devices_env=facts.gpu.visible_devices_env,
+    )
+    return dataclasses.replace(facts, gpu=gpu_facts, provenance=f"{facts.provenance}; GPU from the known table: {key}")
+
+
+def prepare(settings: Settings, facts: Facts) -> tuple[Plan, list[Finding]]:
+    """The plan for these facts and the preflight findings about it. Pure: the same inputs give the same output."""
+    the_plan = plan(settings, facts)
+    return the_plan, run_checks(facts, the_plan, settings)

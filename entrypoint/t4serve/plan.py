@@ -1,0 +1,293 @@
+"""Settings + Facts -> Plan: the exact `vllm serve` argv and the numbers behind each choice. Pure: reads nothing.
+
+`plan(settings, facts)` never touches the machine or the environment; the same inputs give the same Plan, so a
+recorded machine (`t4serve probe --json`) replays exactly. Every derived number is a `Derived` carrying its
+arithmetic; `Plan.summary()` and `Plan.to_json()` show it. Whether the machine can run the plan is preflight's job.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from t4serve.derived import Derived, format_bytes
+from t4serve.errors import T4ServeError
+from t4serve.facts import Facts, GpuDevice, ModelFacts
+from t4serve.gpus import match_known_gpu
+from t4serve.patch.clamp import MIN_CLAMPED_HEAD, UNCLAMPED_TILE, padded_head_size, tile_shared_memory
+from t4serve.serde import to_dict
+from t4serve.settings import Settings
+from t4serve.sizing import Sizing, SizingInputs, size
+
+# Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
+BF16_MIN_CAPABILITY = (8, 0)
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# A device taken from the known-GPU table (`plan --gpu t4`) carries this uuid prefix instead of a real uuid.
+KNOWN_GPU_UUID_PREFIX = "known:"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `serve` will run and why. `argv` is complete: `vllm serve MODEL ...`, user flags last."""
+
+    # What `vllm serve` gets: the local checkpoint directory when found, else the repo id it downloads.
+    model: str
+    model_source: str
+    served_model_name: str
+    host: str
+    port: int
+    dtype: str
+    dtype_reason: str
+    # The device planned for (devices[0]: t4serve serves one GPU), None when no GPU is visible.
+    gpu: GpuDevice | None
+    # "probed" (this machine or a recorded one) or "known:<key>" (`plan --gpu`).
+    gpu_origin: str
+    argv: tuple[str, ...]
+    # Extra environment for the vLLM process. Never a secret: `serve` adds HF_TOKEN to the child's environment itself.
+    env: dict[str, str]
+    sizing: Sizing | None
+    # Why sizing could not run (no GPU, model facts missing, or sizing's own error), else None.
+    sizing_error: str | None
+    clamp_needed: bool
+    clamp_reason: str
+    # `--attention-backend` as the user passed it in T4SERVE_VLLM_ARGS; None leaves the choice to vLLM.
+    attention_backend: str | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_dict(self)
+        data["command_line"] = self.command_line()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def summary(self) -> str:
+        lines = [f"command: {self.command_line()}", ""]
+        gpu = (
+            f"{self.gpu.name}, capability {_cap(self.gpu.compute_capability)}, "
+            f"{format_bytes(self.gpu.memory_total_bytes)} ({self.gpu_origin})"
+            if self.gpu
+            else "none visible"
+        )
+        lines += [
+            f"model:             {self.model} ({self.model_source})",
+            f"served as:         {self.served_model_name} on {self.host}:{self.port}",
+            f"gpu:               {gpu}",
+            f"dtype:             {self.dtype}  ({self.dtype_reason})",
+            f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
+            f"attention backend: {self.attention_backend or 'chosen by vLLM'}",
+        ]
+        if self.sizing is not None:
+            lines += ["", "sizing:"]
+            for name, value in _sizing_items(self.sizing):
+                lines.append(f"  {name:<28} {value}")
+            lines += [f"  note: {n}" for n in self.sizing.notes]
+        else:
+            lines += ["", f"sizing: not computed: {self.sizing_error}"]
+        if self.env:
+            lines += ["", "environment for vLLM: " + " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _sizing_items(sizing: Sizing) -> list[tuple[str, Derived]]:
+    items = []
+    for name in (
+        "max_model_len",
+        "max_num_seqs",
+        "kv_cache_memory_bytes",
+        "kv_pool_bytes",
+        "kv_tokens",
+        "concurrency",
+        "host_memory_need_bytes",
+        "swap_to_add_bytes",
+        "decode_ceiling_tokens_per_s",
+    ):
+        value = getattr(sizing, name, None)
+        if isinstance(value, Derived):
+            items.append((name, value))
+    return items
+
+
+def _cap(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+def head_sizes(model: ModelFacts | None) -> list[int]:
+    """The attention head sizes config.json declares (Gemma 4: head_dim for sliding, global_head_dim for full)."""
+    if model is None:
+        return []
+    sizes = []
+    for config in (model.config.get("text"), model.config):
+        if not isinstance(config, dict):
+            continue
+        for key in ("head_dim", "global_head_dim"):
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                sizes.append(value)
+        if sizes:
+            break
+    return sorted(set(sizes))
+
+
+def clamp_decision(gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[bool, str]:
+    """Whether vLLM's Triton attention needs the Turing clamp here, and why (same rule as t4serve.patch.clamp)."""
+    if gpu is None:
+        return False, "no GPU to plan for"
+    heads = head_sizes(model)
+    if not heads:
+        # Unknown heads: judge by Gemma 4's widest (512), so a device that would need the clamp is not waved through.
+        heads = [MIN_CLAMPED_HEAD]
+        unknown = " (model head sizes unknown; assumed 512 as in Gemma 4)"
+    else:
+        unknown = ""
+    padded = padded_head_size(max(heads))
+    need = tile_shared_memory(padded, UNCLAMPED_TILE)
+    have = gpu.shared_memory_per_block
+    if padded < MIN_CLAMPED_HEAD:
+        return False, f"widest head {max(heads)} pads to {padded} < {MIN_CLAMPED_HEAD}{unknown}"
+    if have >= need:
+        return False, f"tile {UNCLAMPED_TILE} at head {padded} needs {need:,} B <= {have:,} B per block{unknown}"
+    return True, (
+        f"tile {UNCLAMPED_TILE} at head {padded} needs 2 x {padded} x (2 x {UNCLAMPED_TILE} + 2 x 16) = {need:,} B "
+        f"of shared memory per block; capability {_cap(gpu.compute_capability)} allows {have:,} B{unknown}"
+    )
+
+
+def choose_dtype(settings: Settings, gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[str, str]:
+    """The dtype to pass as --dtype and the reason; an explicit setting is kept even where preflight will refuse it."""
+    if settings.dtype != "auto":
+        return settings.dtype, "set by T4SERVE_DTYPE"
+    if gpu is None:
+        return "auto", "no GPU to plan for: vLLM picks from the checkpoint"
+    if gpu.compute_capability < BF16_MIN_CAPABILITY:
+        return "float16", (
+            f"auto: capability {_cap(gpu.compute_capability)} < {_cap(BF16_MIN_CAPABILITY)} has no bfloat16 "
+            "datapath (Turing), so float16"
+        )
+    checkpoint = _checkpoint_dtype(model)
+    if checkpoint in DTYPE_BYTES:
+        return checkpoint, f"auto: the checkpoint's dtype (config.json), capability {_cap(gpu.compute_capability)}"
+    return "auto", "auto: vLLM picks from the checkpoint (config.json names no dtype)"
+
+
+def _checkpoint_dtype(model: ModelFacts | None) -> str | None:
+    if model is None:
+        return None
+    for config in (model.config, model.config.get("text")):
+        if isinstance(config, dict):
+            for key in ("dtype", "torch_dtype"):
+                value = config.get(key)
+                if isinstance(value, str):
+                    return value.removeprefix("torch.")
+    return None
+
+
+def attention_backend(vllm_args: tuple[str, ...]) -> str | None:
+    for i, arg in enumerate(vllm_args):
+        name, eq, value = arg.partition("=")
+        if name.replace("_", "-") == "--attention-backend":
+            if eq:
+                return value
+            return vllm_args[i + 1] if i + 1 < len(vllm_args) else None
+    return None
+
+
+def plan(settings: Settings, facts: Facts) -> Plan:
+    """The Plan for these settings on this (probed, recorded or known) machine."""
+    gpu = facts.gpu.devices[0] if facts.gpu.devices else None
+    model = facts.model
+    dtype, dtype_reason = choose_dtype(settings, gpu, model)
+    clamp_needed, clamp_reason = clamp_decision(gpu, model)
+    sizing, sizing_error = _size(settings, facts, gpu, dtype)
+    notes: list[str] = []
+    if gpu is not None and len(facts.gpu.devices) > 1:
+        notes.append(f"{len(facts.gpu.devices)} GPUs visible; t4serve serves one (device 0: {gpu.name})")
+
+    model_arg = model.local_path if model is not None and model.local_path else settings.model.target
+    model_source = model.source if model is not None else "not probed"
+
+    argv: list[str] = ["vllm", "serve", model_arg]
+    argv += ["--host", settings.host, "--port", str(settings.port)]
+    argv += ["--served-model-name", settings.served_model_name]
+    argv += ["--dtype", dtype]
+    # The KV cache sizing assumes 16-bit KV entries in the model dtype, and t4serve serves a single GPU.
+    argv += ["--kv-cache-dtype", "auto", "--tensor-parallel-size", "1"]
+    argv += ["--gpu-memory-utilization", _float(settings.gpu_memory_utilization)]
+    max_model_len = int(sizing.max_model_len.value) if sizing else settings.max_model_len
+    max_num_seqs = int(sizing.max_num_seqs.value) if sizing else settings.max_num_seqs
+    kv_bytes: int | None = settings.kv_cache_memory_bytes
+    if sizing is not None:
+        kv_bytes = int(sizing.kv_cache_memory_bytes.value) if sizing.kv_cache_memory_bytes is not None else None
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    if max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(max_num_seqs)]
+    if kv_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
+    argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
+    argv += list(settings.vllm_args)
+
+    env = {
+        "HF_HOME": settings.hf_home,
+        "HF_HUB_OFFLINE": "1" if settings.hf_hub_offline else "0",
+        # vLLM's own logger follows t4serve's level, so one variable quiets or opens both.
+        "VLLM_LOGGING_LEVEL": settings.log_level.upper(),
+    }
+    return Plan(
+        model=model_arg,
+        model_source=model_source,
+        served_model_name=settings.served_model_name,
+        host=settings.host,
+        port=settings.port,
+        dtype=dtype,
+        dtype_reason=dtype_reason,
+        gpu=gpu,
+        gpu_origin=gpu.uuid if gpu is not None and gpu.uuid.startswith(KNOWN_GPU_UUID_PREFIX) else "probed",
+        argv=tuple(argv),
+        env=env,
+        sizing=sizing,
+        sizing_error=sizing_error,
+        clamp_needed=clamp_needed,
+        clamp_reason=clamp_reason,
+        attention_backend=attention_backend(settings.vllm_args),
+        notes=tuple(notes),
+    )
+
+
+def _float(value: float) -> str:
+    return repr(float(value))
+
+
+def _size(settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str) -> tuple[Sizing | None, str | None]:
+    if gpu is None:
+        return None, "no GPU visible (plan for a known card with --gpu t4)"
+    model = facts.model
+    if model is None:
+        return None, "no model facts (the model probe did not run)"
+    if model.source == "invalid":
+        return None, f"the model could not be read: {model.error}"
+    known = match_known_gpu(gpu.name)
+    inputs = SizingInputs(
+        gpu_memory_bytes=gpu.memory_total_bytes,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        compute_capability=gpu.compute_capability,
+        bandwidth_bytes_per_s=known.bandwidth if known else None,
+        model=model,
+        # "auto" on 8.0+ resolves to the checkpoint's 16-bit dtype in vLLM for Gemma 4.
+        dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        host=facts.host,
+    )
+    try:
+        return size(inputs), None
+    except T4ServeError as exc:
+        return None, exc.message()

@@ -1,0 +1,161 @@
+"""plan(): the argv, dtype, clamp decision and sizing for recorded and known machines; pure and secret-free."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from sample_facts import QAT_REPO, no_gpu, t4, with_gpu
+
+from t4serve.derived import Derived
+from t4serve.facts import Facts
+from t4serve.pipeline import ensure_model, with_known_gpu
+from t4serve.plan import Plan, attention_backend, clamp_decision, head_sizes, plan
+from t4serve.settings import Settings
+
+TOKEN = "hf_planTOKEN42"
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_environ({"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": TOKEN, **env})
+
+
+def plan_for(facts: Facts, **env: str) -> Plan:
+    s = settings(**env)
+    return plan(s, ensure_model(s, facts))
+
+
+def flag(argv: tuple[str, ...], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_t4_qat_argv() -> None:
+    p = plan_for(t4())
+    argv = p.argv
+    assert argv[:3] == ("vllm", "serve", QAT_REPO)
+    assert flag(argv, "--host") == "0.0.0.0" and flag(argv, "--port") == "8000"
+    assert flag(argv, "--served-model-name") == QAT_REPO
+    assert flag(argv, "--dtype") == "float16"
+    assert flag(argv, "--kv-cache-dtype") == "auto"
+    assert flag(argv, "--tensor-parallel-size") == "1"
+    assert flag(argv, "--gpu-memory-utilization") == "0.9"
+    assert flag(argv, "--shutdown-timeout") == "30"
+    assert p.sizing is not None and p.sizing_error is None
+    assert flag(argv, "--max-model-len") == str(int(p.sizing.max_model_len.value))
+    assert flag(argv, "--max-num-seqs") == str(int(p.sizing.max_num_seqs.value))
+    if p.sizing.kv_cache_memory_bytes is not None:
+        assert flag(argv, "--kv-cache-memory-bytes") == str(int(p.sizing.kv_cache_memory_bytes.value))
+    assert "--attention-backend" not in argv and p.attention_backend is None
+    assert "capability 7.5 < 8.0" in p.dtype_reason
+
+
+def test_the_token_never_reaches_argv_env_json_or_summary() -> None:
+    p = plan_for(t4())
+    for text in (" ".join(p.argv), json.dumps(p.env), p.to_json(), p.summary(), repr(p)):
+        assert TOKEN not in text
+    assert "HF_TOKEN" not in p.env
+
+
+def test_settings_pass_through_and_user_flags_come_last() -> None:
+    p = plan_for(
+        t4(),
+        T4SERVE_MAX_MODEL_LEN="8192",
+        T4SERVE_MAX_NUM_SEQS="4",
+        T4SERVE_PORT="8080",
+        T4SERVE_SERVED_MODEL_NAME="gemma",
+        T4SERVE_GPU_MEMORY_UTILIZATION="0.85",
+        T4SERVE_SHUTDOWN_TIMEOUT="5",
+        T4SERVE_VLLM_ARGS="--enforce-eager --attention-backend TRITON_ATTN",
+    )
+    argv = p.argv
+    assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--max-num-seqs") == "4"
+    assert flag(argv, "--port") == "8080" and flag(argv, "--served-model-name") == "gemma"
+    assert flag(argv, "--gpu-memory-utilization") == "0.85" and flag(argv, "--shutdown-timeout") == "5"
+    assert argv[-3:] == ("--enforce-eager", "--attention-backend", "TRITON_ATTN")
+    assert p.attention_backend == "TRITON_ATTN"
+
+
+def test_kv_cache_memory_bytes_setting_reaches_argv() -> None:
+    p = plan_for(t4(), T4SERVE_KV_CACHE_MEMORY_BYTES="2GiB")
+    assert flag(p.argv, "--kv-cache-memory-bytes") == str(2 * 2**30)
+
+
+def test_explicit_dtype_is_kept_for_preflight_to_judge() -> None:
+    p = plan_for(t4(), T4SERVE_DTYPE="bfloat16")
+    assert flag(p.argv, "--dtype") == "bfloat16" and p.dtype_reason == "set by T4SERVE_DTYPE"
+
+
+def test_ampere_uses_the_checkpoints_dtype_and_needs_no_clamp() -> None:
+    p = plan_for(with_known_gpu(t4(), "a10g"))
+    assert flag(p.argv, "--dtype") == "bfloat16" and "checkpoint" in p.dtype_reason
+    assert p.clamp_needed is False
+    assert p.gpu_origin == "known:a10g"
+
+
+def test_clamp_needed_on_t4_for_gemma4_heads() -> None:
+    p = plan_for(t4())
+    assert head_sizes(t4().model) == [256, 512]
+    assert p.clamp_needed is True
+    assert "98,304" in p.clamp_reason and "65,536" in p.clamp_reason
+    assert plan_for(with_known_gpu(t4(), "h100")).clamp_needed is False
+
+
+def test_clamp_not_needed_for_a_model_with_narrow_heads() -> None:
+    model = t4().model
+    assert model is not None
+    narrow = dataclasses.replace(model, config={"text": {"head_dim": 128}})
+    needed, reason = clamp_decision(t4().gpu.devices[0], narrow)
+    assert needed is False and "pads to 128" in reason
+    # Unknown heads: judged as Gemma 4's widest, so a T4 is not waved through.
+    needed, reason = clamp_decision(t4().gpu.devices[0], dataclasses.replace(model, config={}))
+    assert needed is True and "assumed 512" in reason
+
+
+def test_no_gpu_plan_omits_sizing_and_says_how_to_plan_anyway() -> None:
+    p = plan_for(no_gpu())
+    assert p.gpu is None and p.sizing is None
+    assert p.sizing_error is not None and "--gpu t4" in p.sizing_error
+    assert "--max-model-len" not in p.argv and flag(p.argv, "--dtype") == "auto"
+    assert "--max-model-len" in plan_for(no_gpu(), T4SERVE_MAX_MODEL_LEN="4096").argv
+
+
+def test_local_checkpoint_is_served_from_its_directory(tmp_path: Path) -> None:
+    facts = t4()
+    assert facts.model is not None
+    local = dataclasses.replace(facts.model, source="local-dir", local_path=str(tmp_path))
+    p = plan(settings(), dataclasses.replace(facts, model=local))
+    assert p.argv[2] == str(tmp_path) and p.model_source == "local-dir"
+
+
+def test_summary_shows_each_derived_number_with_its_arithmetic() -> None:
+    p = plan_for(t4())
+    text = p.summary()
+    assert p.sizing is not None
+    derived = [v for v in vars(p.sizing).values() if isinstance(v, Derived)]
+    assert derived
+    for value in derived:
+        assert value.how in text
+    assert p.command_line() in text and p.dtype_reason in text and p.clamp_reason in text
+
+
+def test_json_is_complete_and_plan_is_pure() -> None:
+    facts = ensure_model(settings(), t4())
+    first, second = plan(settings(), facts), plan(settings(), facts)
+    assert first == second
+    data = json.loads(first.to_json())
+    assert data["argv"] == list(first.argv) and data["command_line"] == first.command_line()
+    assert data["sizing"]["max_model_len"]["how"]
+
+
+def test_more_than_one_gpu_is_noted() -> None:
+    facts = t4()
+    two = dataclasses.replace(facts, gpu=dataclasses.replace(facts.gpu, devices=facts.gpu.devices * 2))
+    assert any("2 GPUs visible" in n for n in plan_for(two).notes)
+    assert plan_for(with_gpu(t4())).notes == ()
+
+
+def test_attention_backend_forms() -> None:
+    assert attention_backend(("--attention-backend=FLEX_ATTENTION",)) == "FLEX_ATTENTION"
+    assert attention_backend(("--attention_backend", "TRITON_ATTN")) == "TRITON_ATTN"
+    assert attention_backend(("--enforce-eager",)) is None

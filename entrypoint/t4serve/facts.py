@@ -86,6 +86,8 @@ class HostFacts:
     cgroup_memory_limit_file: str | None = None
     # "host:port" -> why binding it failed (address in use, permission denied), for each port in ports_in_use.
     port_bind_errors: dict[str, str] = field(default_factory=dict)
+    # What the probe could not read (a cgroup file, mountinfo), so a None above comes with its reason.
+    probe_notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from t4serve import hostmem
 from t4serve.derived import format_bytes
 from t4serve.facts import BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
@@ -88,7 +89,7 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
         findings.append(check_clamp(facts.manifest, plan, gpu))
     findings += [
         check_shm(facts.host),
-        check_host_memory(facts.host, plan, settings),
+        check_host_memory(facts, settings),
         *check_disks(facts, plan),
         check_model(facts, settings),
         *check_ports(facts.host, settings),
@@ -98,7 +99,9 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
 
 def check_gpu_visible(facts: Facts) -> Finding:
     gpu = facts.gpu
-    visible = ", ".join(f"{k}={v}" for k, v in sorted(gpu.visible_devices_env.items())) or "not set"
+    visible = ", ".join(f"{k}={v}" for k, v in sorted(gpu.visible_devices_env.items())) or (
+        "NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES not set"
+    )
     required = "one NVIDIA GPU visible in the container through NVML"
     if not gpu.nvml_available:
         return Finding("gpu", "fail", f"NVML unavailable: {gpu.error or 'no reason given'} ({visible})", required,
@@ -221,7 +224,9 @@ def check_manifest(manifest: BuildManifest) -> Finding:
         return Finding(
             "manifest",
             "fail",
-            f"{manifest.path}: {manifest.error or 'missing'}",
+            manifest.error
+            if manifest.error and manifest.path in manifest.error
+            else f"{manifest.path}: " + (manifest.error or "missing"),
             required,
             "run t4serve inside the t4serve image, or set T4SERVE_MANIFEST to the image's build manifest",
         )
@@ -345,44 +350,41 @@ def check_shm(host: HostFacts) -> Finding:
     return Finding("shm", "ok", found, required, "")
 
 
-def host_memory_available(host: HostFacts) -> tuple[int, str]:
-    """Bytes loading can use (RAM available + free swap, each capped by the cgroup) and the arithmetic."""
-    ram, ram_how = host.mem_available_bytes, f"MemAvailable {format_bytes(host.mem_available_bytes)}"
-    if host.cgroup_memory_limit_bytes is not None and host.cgroup_memory_limit_bytes < ram:
-        ram, ram_how = host.cgroup_memory_limit_bytes, f"cgroup limit {format_bytes(host.cgroup_memory_limit_bytes)}"
-    swap, swap_how = host.swap_free_bytes, f"free swap {format_bytes(host.swap_free_bytes)}"
-    if host.cgroup_swap_limit_bytes is not None and host.cgroup_swap_limit_bytes < swap:
-        swap, swap_how = host.cgroup_swap_limit_bytes, f"cgroup swap limit {format_bytes(host.cgroup_swap_limit_bytes)}"
-    return ram + swap, f"{ram_how} + {swap_how} = {format_bytes(ram + swap)}"
-
-
-def check_host_memory(host: HostFacts, plan: Plan, settings: Settings) -> Finding:
-    have, how = host_memory_available(host)
-    if plan.sizing is None:
+def check_host_memory(facts: Facts, settings: Settings) -> Finding:
+    """RAM + swap (within the cgroup limit) against the loading peak, from t4serve.hostmem: the same estimate the
+    plan's sizing shows, computed here too so a machine without a visible GPU still learns what it must add."""
+    model = facts.model
+    if model is None or not model.weights:
         return Finding(
             "host-memory",
             "warn",
-            how,
-            "not computed: " + (plan.sizing_error or "no sizing"),
-            "fix the sizing failure above, then run preflight again",
+            f"RAM available {format_bytes(facts.host.mem_available_bytes)}, free swap "
+            f"{format_bytes(facts.host.swap_free_bytes)}",
+            "not computed: the checkpoint's size is unknown" + (f" ({model.error})" if model and model.error else ""),
+            "point T4SERVE_MODEL at a readable checkpoint, or use an alias (qat, bf16) whose facts are built in",
         )
-    need = int(plan.sizing.host_memory_need_bytes.value)
-    required = f"{format_bytes(need)} to load {plan.model} ({plan.sizing.host_memory_need_bytes.how})"
-    if have >= need:
-        return Finding("host-memory", "ok", how, required, "")
-    short = need - have
+    estimate = hostmem.estimate(model, facts.host)
+    need = estimate.need_bytes
+    usable = estimate.available_bytes
+    found = f"{usable.format_value()} usable ({usable.how})" if usable else "host memory not read"
+    required = f"{need.format_value()} to load {model.requested} ({need.how})"
+    add = int(estimate.swap_to_add_bytes.value)
+    if add <= 0:
+        return Finding("host-memory", "ok", found, required, "")
+    host = facts.host
     limit = host.cgroup_memory_limit_bytes
-    if limit is not None and limit < need and limit < host.mem_available_bytes + host.swap_free_bytes:
+    if limit is not None and limit + (host.cgroup_swap_limit_bytes or 0) < need.value:
+        # Swap on the host does not help past the container's own limit.
         fix = (
-            f"raise the container's memory limit to at least {_gib_ceil(need)}G "
-            "(`docker run --memory`, compose `mem_limit`)"
+            f"raise the container's memory limit to at least {_gib_ceil(int(need.value))}G "
+            "(`docker run --memory/--memory-swap`, compose `mem_limit`/`memswap_limit`)"
         )
     else:
-        swap = max(short, int(plan.sizing.swap_to_add_bytes.value))
-        fix = f"add swap on the host: `sudo scripts/setup-swap {_gib_ceil(swap)}G`"
+        fix = f"add swap on the host: `sudo scripts/setup-swap {_gib_ceil(add)}G`"
     if settings.model.target != QAT_REPO:
         fix += ", or set T4SERVE_MODEL=qat (int4 weights need less host memory to load)"
-    return Finding("host-memory", "fail", how + f", {format_bytes(short)} short", required, fix)
+    short = int(need.value) - int(usable.value) if usable else int(need.value)
+    return Finding("host-memory", "fail", found + f"; {format_bytes(short)} short", required, fix)
 
 
 def _gib_ceil(n: int) -> int:

@@ -416,12 +416,13 @@ VARIABLES: tuple[Variable, ...] = (
              _int_in(1, 65535, 8000), "8000", "--port"),
     Variable(
         "T4SERVE_MAX_MODEL_LEN", "max_model_len", None, "auto",
-        "Longest request in tokens (prompt + output); `auto` sizes it to what the KV cache holds.",
+        "Longest request in tokens (prompt + output); `auto`: 16384 (the published T4 setup), capped by the model "
+        "and by what one request fits in the KV cache.",
         _auto_or_int(16, 16384), "16384", "--max-model-len",
     ),
     Variable(
         "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
-        "Requests decoded at once; `auto` picks what the KV cache holds at full length.",
+        "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once (at most 256).",
         _auto_or_int(1, 8), "8", "--max-num-seqs",
     ),
     Variable(
@@ -431,8 +432,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_KV_CACHE_MEMORY_BYTES", "kv_cache_memory_bytes", None, "auto",
-        "KV cache size (e.g. `2.5GiB`); `auto` lets the plan choose. When set, vLLM ignores the utilization "
-        "for the KV cache.",
+        "KV cache size (e.g. `2.5GiB`); `auto`: the predicted pool in whole blocks, so vLLM's KV figures are "
+        "known in advance. When set, vLLM skips memory profiling.",
         _auto_or_size, "2.5GiB", "--kv-cache-memory-bytes",
     ),
     Variable(

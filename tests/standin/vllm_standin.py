@@ -25,6 +25,8 @@ Behaviour, from the environment:
     T4SERVE_STANDIN_LOAD_SECONDS     real seconds spent "loading" with the port closed   (0.3; slow-load: 20)
     T4SERVE_STANDIN_TOKEN_DELAY      seconds per generated token   (0)
     T4SERVE_STANDIN_PREFILL_DELAY    seconds per prompt token before the first token   (0)
+    T4SERVE_STANDIN_PROMPT_LOG       a file each completion request appends its prompt's SHA-256 to (so a test can
+                                     check which prompts a client sent)
     T4SERVE_STANDIN_MODEL_GIB, T4SERVE_STANDIN_MODEL_LOAD_S, T4SERVE_STANDIN_WEIGHTS_LOAD_S, T4SERVE_STANDIN_KV_TOKENS
                                      the figures logged (defaults: FACTS.md's bf16 run; QAT's for a "qat" model)
 Prompt and completion tokens are counted as Hugging Face's Whitespace pre-tokenizer splits text (`\\w+|[^\\w\\s]+`),
@@ -419,9 +421,6 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._error(404, "Not Found", "NotFoundError")
             return
-        if engine.dead.is_set():
-            self._error(500, "The server had an error while processing your request.", "InternalServerError")
-            return
         try:
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
@@ -439,6 +438,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             prompt_field = body.get("prompt", "")
             prompt = prompt_field[0] if isinstance(prompt_field, list) and prompt_field else str(prompt_field)
+        prompt_log = os.environ.get("T4SERVE_STANDIN_PROMPT_LOG")
+        if prompt_log:
+            with engine.lock, open(prompt_log, "a", encoding="utf-8") as log:
+                log.write(hashlib.sha256(prompt.encode()).hexdigest() + "\n")
+        if engine.dead.is_set():
+            self._error(500, "The server had an error while processing your request.", "InternalServerError")
+            return
         prompt_tokens = count_tokens(prompt)
         default_max = 16 if not chat else engine.opts.max_model_len - prompt_tokens
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max

@@ -1,0 +1,222 @@
+"""The result folder's tables: a CSV of every run, the markdown report per input length, and `compare A B`.
+
+Pure: from a `RunsFile` to text. Per cell: throughput per model, per stream (1000 / median TPOT), TTFT, run-to-run
+variation, the winner and its throughput ratio over the runner-up, and the fraction of the roofline ceiling.
+A failed cell stays in its row as FAILED with its error below the table; failed requests are counted in a column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from t4serve.bench.results import CellSummary, Run, RunsFile, summarize
+
+CSV_COLUMNS = (
+    "model",
+    "input_len",
+    "concurrency",
+    "repeat",
+    "seed",
+    "num_prompts",
+    "completed",
+    "failed",
+    "output_throughput",
+    "median_tpot_ms",
+    "per_stream",
+    "median_ttft_ms",
+    "power_w_mean",
+    "sm_clock_mhz_mean",
+    "throttle_reasons",
+    "raw_file",
+    "error",
+)
+
+
+def runs_csv(runs: list[Run]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in runs:
+        f, t = r.figures, r.telemetry
+        writer.writerow(
+            [
+                r.model,
+                r.input_len,
+                r.concurrency,
+                r.repeat,
+                r.seed,
+                r.num_prompts,
+                f.completed if f else "",
+                f.failed if f else "",
+                _num(f.output_throughput) if f else "",
+                _num(f.median_tpot_ms) if f else "",
+                _num(1000 / f.median_tpot_ms) if f and f.median_tpot_ms > 0 else "",
+                _num(f.median_ttft_ms) if f else "",
+                _num(t.power_w_mean) if t and t.power_w_mean is not None else "",
+                _num(t.sm_clock_mhz_mean) if t and t.sm_clock_mhz_mean is not None else "",
+                ";".join(t.throttle_reasons) if t else "",
+                r.raw_file or "",
+                r.error or "",
+            ]
+        )
+    return out.getvalue()
+
+
+def _num(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
+    summaries = summarize(runs_file.runs)
+    by_key = {(s.model, s.input_len, s.concurrency): s for s in summaries}
+    models = runs_file.models
+    lines = [
+        "# t4serve bench",
+        "",
+        f"Started {runs_file.started}. Models: {', '.join(models)}; output {runs_file.output_len} tokens "
+        f"(`--ignore-eos`, temperature 0); {runs_file.repeats} repeat(s) per cell; seed = input x 10000 + c x 100 "
+        "+ repeat, the same for every model. Throughput: median over repeats of output tok/s. Per stream: "
+        "1000 / median TPOT ms. TTFT: median. Variation: (max - min) / median throughput over repeats.",
+        "",
+    ]
+    failed_cells: list[CellSummary] = []
+    for input_len in runs_file.inputs:
+        lines += [f"## input {input_len} tokens", ""]
+        header = ["c"]
+        header += [f"{m} tok/s" for m in models]
+        header += [f"{m} per stream" for m in models]
+        header += [f"{m} TTFT ms" for m in models]
+        header += ["variation %", "winner", "ratio", "failed requests"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for c in runs_file.concurrencies:
+            cell = [by_key.get((m, input_len, c)) for m in models]
+            row = [str(c)]
+            row += ["FAILED" if s is None or s.failed else _fmt(s.throughput) for s in cell]
+            row += [_fmt(s.per_stream) if s else "-" for s in cell]
+            row += [_fmt(s.ttft_ms, 0) if s else "-" for s in cell]
+            variations = [s.variation_pct for s in cell if s and s.variation_pct is not None]
+            row.append(_fmt(max(variations), 1) if variations else "-")
+            winner, ratio = winner_and_ratio([s for s in cell if s is not None])
+            row += [winner, ratio]
+            row.append(str(sum(s.failed_requests for s in cell if s)))
+            lines.append("| " + " | ".join(row) + " |")
+            failed_cells += [s for s in cell if s is not None and (s.failed or s.errors)]
+        lines.append("")
+    lines += roofline_section(runs_file, summaries)
+    if failed_cells:
+        lines += ["## failures", ""]
+        for s in failed_cells:
+            state = "FAILED (no repeat succeeded)" if s.failed else f"{s.repeats_failed} repeat(s) failed"
+            lines.append(f"- {s.model}, input {s.input_len}, c={s.concurrency}: {state}")
+            lines += [f"  - {e}" for e in s.errors]
+        lines.append("")
+    lines += telemetry_section(runs_file)
+    if runs_file.notes:
+        lines += ["## notes", ""] + [f"- {n}" for n in runs_file.notes] + [""]
+    if plots:
+        lines += ["## plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def winner_and_ratio(cell: list[CellSummary]) -> tuple[str, str]:
+    """The model with the highest throughput and its throughput over the runner-up's (ratio "-" with no runner-up:
+    a single model, or the others failed)."""
+    ranked = sorted((s for s in cell if s.throughput), key=lambda s: s.throughput or 0.0, reverse=True)
+    if not ranked:
+        return "-", "-"
+    if len(ranked) == 1 or not ranked[1].throughput:
+        return ranked[0].model, "-"
+    return ranked[0].model, f"{(ranked[0].throughput or 0.0) / ranked[1].throughput:.2f}x"
+
+
+def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[str]:
+    ceilings = {m: c for m, c in runs_file.ceilings.items() if c}
+    lines = ["## roofline", ""]
+    if not ceilings:
+        return [*lines, "No decode ceiling known for these models (pass --ceiling MODEL=TOK_S).", ""]
+    lines += [
+        "Per-stream rate as a fraction of the bandwidth ceiling (bytes read per decode token / streaming bandwidth).",
+        "",
+        "| model | ceiling tok/s | input | c | per stream | fraction |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        ceiling = ceilings.get(s.model)
+        if ceiling is None or s.per_stream is None:
+            continue
+        lines.append(
+            f"| {s.model} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
+            f"{s.per_stream / ceiling * 100:.1f} % |"
+        )
+    return [*lines, ""]
+
+
+def telemetry_section(runs_file: RunsFile) -> list[str]:
+    runs = [r for r in runs_file.runs if r.telemetry is not None]
+    if not runs:
+        return []
+    errors = {r.telemetry.error for r in runs if r.telemetry and r.telemetry.error}
+    sampled = [r for r in runs if r.telemetry and r.telemetry.samples]
+    lines = ["## GPU telemetry", ""]
+    if errors and not sampled:
+        return [*lines, f"Not sampled: {'; '.join(sorted(errors))}", ""]
+    lines += ["| model | input | c | repeat | power W | SM MHz | throttle reasons |", "|---|---|---|---|---|---|---|"]
+    for r in sampled:
+        t = r.telemetry
+        assert t is not None
+        power = f"{_fmt(t.power_w_mean, 1)} / {_fmt(t.power_limit_w, 0)}"
+        clock = f"{_fmt(t.sm_clock_mhz_mean, 0)} / {_fmt(t.sm_clock_max_mhz, 0)}"
+        reasons = ", ".join(t.throttle_reasons) or "none"
+        lines.append(f"| {r.model} | {r.input_len} | {r.concurrency} | {r.repeat} | {power} | {clock} | {reasons} |")
+    return [*lines, ""]
+
+
+def compare(a: RunsFile, b: RunsFile, name_a: str = "A", name_b: str = "B") -> str:
+    """Two result folders side by side: throughput, per stream and TTFT per (model, input, c), B's change over A."""
+    sa = {(s.model, s.input_len, s.concurrency): s for s in summarize(a.runs)}
+    sb = {(s.model, s.input_len, s.concurrency): s for s in summarize(b.runs)}
+    keys = list(sa) + [k for k in sb if k not in sa]
+    lines = [
+        f"# t4serve bench compare: A = {name_a}, B = {name_b}",
+        "",
+        "| model | input | c | A tok/s | B tok/s | change | A per stream | B per stream | change | A TTFT ms | "
+        "B TTFT ms | change |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in keys:
+        x, y = sa.get(key), sb.get(key)
+        row = [key[0], str(key[1]), str(key[2])]
+        for attr, digits in (("throughput", 2), ("per_stream", 2), ("ttft_ms", 0)):
+            va = _value(x, attr)
+            vb = _value(y, attr)
+            row += [_cell(x, va, digits), _cell(y, vb, digits), _change(va, vb)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _value(s: CellSummary | None, attr: str) -> float | None:
+    if s is None or s.failed:
+        return None
+    value = getattr(s, attr)
+    return float(value) if value is not None else None
+
+
+def _cell(s: CellSummary | None, value: float | None, digits: int) -> str:
+    if s is None:
+        return "absent"
+    if s.failed:
+        return "FAILED"
+    return _fmt(value, digits)
+
+
+def _change(a: float | None, b: float | None) -> str:
+    if a is None or b is None or a == 0:
+        return "-"
+    return f"{(b - a) / a * 100:+.1f} %"

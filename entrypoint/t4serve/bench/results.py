@@ -1,0 +1,181 @@
+"""Runs and their per-cell summaries: what one `vllm bench serve` JSON says, and what a cell's repeats add up to.
+
+A `Run` is one (model, cell, repeat): the figures read from vLLM's `--save-result` JSON, or the error that left it
+without one. `summarize` groups runs into `CellSummary`s: medians over repeats, per stream = 1000 / median TPOT,
+run-to-run variation = (max - min) / median throughput. A cell whose every repeat failed is kept, marked failed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from t4serve.bench.grid import Cell
+from t4serve.errors import ConfigError
+from t4serve.serde import from_dict, to_dict
+
+RUNS_FILE = "runs.json"
+RUNS_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """The fields of vLLM's result JSON the report uses (vllm/benchmarks/serve.py `result_json`)."""
+
+    completed: int
+    failed: int
+    output_throughput: float  # generated tokens per second, all streams
+    median_tpot_ms: float
+    median_ttft_ms: float
+    mean_ttft_ms: float
+    total_output_tokens: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """GPU samples taken while the cell ran; `error` says why there are none."""
+
+    samples: int
+    power_w_mean: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz_mean: float | None = None
+    sm_clock_max_mhz: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    model: str
+    input_len: int
+    concurrency: int
+    repeat: int
+    seed: int
+    num_prompts: int
+    raw_file: str | None
+    figures: RunFigures | None
+    error: str | None = None
+    telemetry: Telemetry | None = None
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.input_len, self.concurrency, self.repeat)
+
+
+def figures_from_result(data: dict[str, Any], where: str) -> RunFigures:
+    """Read vLLM's result JSON; a missing key is a ConfigError naming the file (a vLLM version drift)."""
+    try:
+        return RunFigures(
+            completed=int(data["completed"]),
+            failed=int(data.get("failed", 0)),
+            output_throughput=float(data["output_throughput"]),
+            median_tpot_ms=float(data["median_tpot_ms"]),
+            median_ttft_ms=float(data["median_ttft_ms"]),
+            mean_ttft_ms=float(data["mean_ttft_ms"]),
+            total_output_tokens=int(data["total_output_tokens"]),
+            duration_s=float(data["duration"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{where} is not a `vllm bench serve --save-result` JSON this version understands",
+            found=f"{type(exc).__name__}: {exc}",
+            required="keys completed, output_throughput, median_tpot_ms, median_ttft_ms, total_output_tokens, duration",
+            fix="run the vLLM pinned in the image (0.33.0); its result format is the one read here",
+        ) from None
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    model: str
+    input_len: int
+    concurrency: int
+    repeats_ok: int
+    repeats_failed: int
+    completed: int
+    failed_requests: int
+    throughput: float | None  # median over repeats, tok/s
+    per_stream: float | None  # 1000 / median of the repeats' median TPOT, tok/s
+    ttft_ms: float | None  # median over repeats of the median TTFT
+    variation_pct: float | None  # (max - min) / median throughput over repeats, percent
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.repeats_ok == 0
+
+
+def summarize(runs: list[Run]) -> list[CellSummary]:
+    """One summary per (model, input, concurrency), in the order the runs first name them."""
+    groups: dict[tuple[str, int, int], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((run.model, run.input_len, run.concurrency), []).append(run)
+    return [_summary(key, group) for key, group in groups.items()]
+
+
+def _summary(key: tuple[str, int, int], runs: list[Run]) -> CellSummary:
+    model, input_len, concurrency = key
+    ok = [r.figures for r in runs if r.figures is not None and r.figures.completed > 0]
+    errors = [f"repeat {r.repeat}: {r.error}" for r in runs if r.error]
+    throughputs = [f.output_throughput for f in ok]
+    tpots = [f.median_tpot_ms for f in ok if f.median_tpot_ms > 0]
+    median_tp = statistics.median(throughputs) if throughputs else None
+    variation = None
+    if median_tp and len(throughputs) > 1:
+        variation = (max(throughputs) - min(throughputs)) / median_tp * 100
+    elif median_tp:
+        variation = 0.0
+    return CellSummary(
+        model=model,
+        input_len=input_len,
+        concurrency=concurrency,
+        repeats_ok=len(ok),
+        repeats_failed=len(runs) - len(ok),
+        completed=sum(r.figures.completed for r in runs if r.figures),
+        failed_requests=sum(r.figures.failed for r in runs if r.figures),
+        throughput=median_tp,
+        per_stream=1000 / statistics.median(tpots) if tpots else None,
+        ttft_ms=statistics.median(f.median_ttft_ms for f in ok) if ok else None,
+        variation_pct=variation,
+        errors=errors,
+    )
+
+
+@dataclass(frozen=True)
+class RunsFile:
+    """Everything a result folder needs to be re-reported or compared: settings and every run."""
+
+    schema: int
+    models: list[str]
+    inputs: list[int]
+    concurrencies: list[int]
+    repeats: int
+    output_len: int
+    started: str
+    runs: list[Run]
+    # Per model: the decode ceiling in tok/s per stream from t4serve.roofline, or None when not known.
+    ceilings: dict[str, float | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def write_runs(folder: Path, runs_file: RunsFile) -> Path:
+    path = folder / RUNS_FILE
+    path.write_text(json.dumps(to_dict(runs_file), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_runs(folder: Path) -> RunsFile:
+    path = folder / RUNS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{folder} is not a `t4serve bench` result folder",
+            found=f"{path}: {exc}",
+            required=f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})",
+            fix="pass the --output folder of an earlier `t4serve bench` run",
+        ) from None
+    return from_dict(RunsFile, data, where=str(path))

@@ -1,0 +1,418 @@
+"""Run the sweep: per model (a running server at --base-url, or one started from t4serve's plan), per cell and
+repeat, vLLM's own `vllm bench serve`, with GPU telemetry sampled during each cell; then write the result folder.
+
+A run that fails (the client exits non-zero, times out, or writes no JSON) is recorded with its error and the tail
+of its log, and the sweep goes on; a server that never becomes ready fails every cell of its model, visibly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from t4serve.bench import grid, report
+from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
+from t4serve.bench.telemetry import Sampler
+from t4serve.errors import ConfigError, PreflightError, T4ServeError
+
+LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    models: list[str]
+    inputs: list[int]
+    concurrencies: list[int]
+    repeats: int
+    output_len: int
+    output: Path
+    num_prompts: int | None = None
+    # model -> URL of a server already running it; empty: start each model's server from the plan.
+    base_urls: dict[str, str] = field(default_factory=dict)
+    # model -> tokenizer for `vllm bench serve --tokenizer`; default: the checkpoint the model names.
+    tokenizers: dict[str, str] = field(default_factory=dict)
+    ceilings: dict[str, float] = field(default_factory=dict)
+    vllm: str = "vllm"
+    num_warmups: int = 2
+    ready_timeout_s: float = 1800.0
+    cell_timeout_s: float = 3600.0
+    telemetry_interval_s: float = 0.5
+
+
+def raw_name(model: str, cell: grid.Cell) -> str:
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+    return f"{label}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
+
+
+def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
+    """`vllm bench serve` for one cell and repeat, as FACTS.md's sweep ran it."""
+    return [
+        *shlex.split(opts.vllm),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        served_name,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(cell.input_len),
+        "--random-output-len",
+        str(opts.output_len),
+        "--num-prompts",
+        str(grid.prompts_per_cell(cell.concurrency, opts.num_prompts)),
+        "--max-concurrency",
+        str(cell.concurrency),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-warmups",
+        str(opts.num_warmups),
+        "--seed",
+        str(cell.seed),
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(raw.parent),
+        "--result-filename",
+        raw.name,
+    ]
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def run_cell(
+    opts: BenchOptions, model: str, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw_dir: Path
+) -> Run:
+    raw = raw_dir / raw_name(model, cell)
+    log = raw.with_suffix(".log")
+    argv = bench_argv(opts, url, served_name, tokenizer, cell, raw)
+
+    def made(
+        raw_file: str | None, figures: RunFigures | None, error: str | None, telemetry: Telemetry | None = None
+    ) -> Run:
+        return Run(
+            model=model,
+            input_len=cell.input_len,
+            concurrency=cell.concurrency,
+            repeat=cell.repeat,
+            seed=cell.seed,
+            num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
+            raw_file=raw_file,
+            figures=figures,
+            error=error,
+            telemetry=telemetry,
+        )
+
+    with Sampler(opts.telemetry_interval_s) as sampler, log.open("w", encoding="utf-8") as out:
+        out.write("$ " + shlex.join(argv) + "\n")
+        out.flush()
+        try:
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=opts.cell_timeout_s, check=False)
+            rc: int | None = done.returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+        except OSError as exc:
+            return made(None, None, f"cannot run {argv[0]}: {exc}")
+    telemetry = sampler.result()
+    if rc is None:
+        error = f"`vllm bench serve` ran past {opts.cell_timeout_s:.0f} s and was stopped; log {log.name}"
+        return made(None, None, error, telemetry)
+    if rc != 0 or not raw.is_file():
+        error = f"`vllm bench serve` exited {rc} without a result; log {log.name}: ...{tail(log, 3)[-300:]}"
+        return made(None, None, error, telemetry)
+    try:
+        figures = figures_from_result(json.loads(raw.read_text(encoding="utf-8")), str(raw))
+    except (ValueError, ConfigError) as exc:
+        return made(raw.name, None, str(exc), telemetry)
+    failed = f"all {figures.failed} requests failed; log {log.name}" if figures.completed == 0 else None
+    return made(raw.name, figures, failed, telemetry)
+
+
+def served_model_name(url: str, timeout: float = 10.0) -> str:
+    """The first model id the server lists at /v1/models (what requests must name)."""
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout) as resp:
+            data = json.load(resp)
+        return str(data["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise PreflightError(
+            f"the server at {url} does not list a model",
+            found=f"GET {url}/v1/models: {type(exc).__name__}: {exc}",
+            required="a running vLLM OpenAI server",
+            fix="start it (`t4serve serve`) or drop --base-url to let `t4serve bench` start the servers",
+        ) from None
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+    """Until /health answers 200; the server exiting or the timeout is a PreflightError with its log's tail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PreflightError(
+                f"the vLLM server exited with code {proc.returncode} before it was ready",
+                found=f"last lines of {log}:\n{tail(log)}",
+                required="a server that loads and answers /health",
+                fix="read the log above; `t4serve preflight` names most causes",
+            )
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(1.0)
+    raise PreflightError(
+        f"the vLLM server was not ready within {timeout:.0f} s",
+        found=f"last lines of {log}:\n{tail(log)}",
+        required="/health answering 200",
+        fix="raise --ready-timeout for a cold start, or read the log",
+    )
+
+
+@dataclass
+class PlannedServer:
+    argv: list[str]
+    env: dict[str, str]
+    url: str
+    tokenizer: str
+
+
+def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
+    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs)."""
+    from t4serve.pipeline import gather_facts, prepare
+    from t4serve.settings import Settings
+
+    servers: dict[str, PlannedServer] = {}
+    notes: list[str] = []
+    reference: list[str] | None = None
+    for model in models:
+        settings = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model})
+        plan, _findings = prepare(settings, gather_facts(settings, environ))
+        argv = list(plan.argv)
+        if reference is None:
+            reference = argv
+        elif argv[3:] != reference[3:]:
+            notes.append(
+                f"{model}: its own plan's flags differ ({shlex.join(argv[3:])}); it ran with {reference[0]}'s flags "
+                "so that only the checkpoint differs"
+            )
+        host = "127.0.0.1" if plan.host in ("0.0.0.0", "::", "") else plan.host
+        servers[model] = PlannedServer(
+            argv=[*reference[:2], plan.model, *reference[3:]],
+            env=dict(plan.env),
+            url=f"http://{host}:{plan.port}",
+            tokenizer=plan.model,
+        )
+    return servers, notes
+
+
+@contextlib.contextmanager
+def running_server(server: PlannedServer, log: Path, ready_timeout: float) -> Iterator[None]:
+    env = {**os.environ, **server.env}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            wait_ready(server.url, proc, ready_timeout, log)
+            yield
+        finally:
+            stop_server(proc)
+
+
+def stop_server(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM to the server's process group, wait with a bound, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def default_tokenizer(model: str) -> str:
+    from t4serve.settings import MODEL_ALIASES
+
+    return MODEL_ALIASES.get(model, model)
+
+
+def roofline_ceilings(models: list[str], given: dict[str, float]) -> tuple[dict[str, float | None], list[str]]:
+    """Per-stream decode ceiling per model: --ceiling first, else t4serve.roofline's `decode_ceiling(model)`."""
+    ceilings: dict[str, float | None] = {}
+    notes: list[str] = []
+    try:
+        roofline: Any = importlib.import_module("t4serve.roofline")
+    except ImportError:
+        roofline = None
+    for model in models:
+        if model in given:
+            ceilings[model] = given[model]
+            continue
+        ceilings[model] = None
+        if roofline is None or not hasattr(roofline, "decode_ceiling"):
+            notes.append(f"{model}: no roofline ceiling (t4serve.roofline.decode_ceiling absent; pass --ceiling)")
+            continue
+        try:
+            value = roofline.decode_ceiling(model)
+            ceilings[model] = float(getattr(value, "value", value))
+        except T4ServeError as exc:
+            notes.append(f"{model}: no roofline ceiling: {exc.what}")
+    return ceilings, notes
+
+
+class Progress:
+    """One line per finished run: done/total, elapsed, and an ETA from the mean time per run so far."""
+
+    def __init__(self, total: int, stream: IO[str]) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self.stream = stream
+
+    def step(self, label: str, outcome: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        width = 20
+        filled = width * self.done // self.total
+        bar = "#" * filled + "." * (width - filled)
+        self.stream.write(
+            f"[{bar}] {self.done}/{self.total} {label}: {outcome}  elapsed {_clock(elapsed)}, ETA {_clock(eta)}\n"
+        )
+        self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stream: IO[str] | None = None) -> RunsFile:
+    """The whole sweep into opts.output: raw/ (JSON and logs), runs.json, runs.csv, report.md, plots."""
+    environ = dict(os.environ if environ is None else environ)
+    out = stream or sys.stderr
+    cells = grid.cells(opts.inputs, opts.concurrencies, opts.repeats)
+    missing = [m for m in opts.models if opts.base_urls and m not in opts.base_urls]
+    if missing:
+        raise ConfigError(
+            f"--base-url names no server for {', '.join(missing)}",
+            found=f"--base-url for: {', '.join(opts.base_urls)}",
+            required="a URL for every model in --models, or no --base-url at all",
+            fix="--base-url qat=http://127.0.0.1:8000,bf16=http://127.0.0.1:8001 (or a single URL with one model)",
+        )
+    raw_dir = opts.output / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
+    planned: dict[str, PlannedServer] = {}
+    if not opts.base_urls:
+        planned, plan_notes = plan_servers(opts.models, environ)
+        notes += plan_notes
+    progress = Progress(len(opts.models) * len(cells), out)
+    runs: list[Run] = []
+    for model in opts.models:
+        runs += _run_model(opts, model, cells, raw_dir, planned.get(model), progress)
+    runs_file = RunsFile(
+        schema=1,
+        models=list(opts.models),
+        inputs=list(opts.inputs),
+        concurrencies=list(opts.concurrencies),
+        repeats=opts.repeats,
+        output_len=opts.output_len,
+        started=started,
+        runs=runs,
+        ceilings=ceilings,
+        notes=notes,
+    )
+    write_folder(opts.output, runs_file, out)
+    return runs_file
+
+
+def _run_model(
+    opts: BenchOptions,
+    model: str,
+    cells: list[grid.Cell],
+    raw_dir: Path,
+    server: PlannedServer | None,
+    progress: Progress,
+) -> list[Run]:
+    runs: list[Run] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            if server is not None:
+                progress.stream.write(f"starting {model}: {shlex.join(server.argv)}\n")
+                stack.enter_context(running_server(server, raw_dir / f"server_{raw_name(model, cells[0])[:-5]}.log",
+                                                   opts.ready_timeout_s))  # fmt: skip
+                url, tokenizer = server.url, opts.tokenizers.get(model, server.tokenizer)
+            else:
+                url, tokenizer = opts.base_urls[model].rstrip("/"), opts.tokenizers.get(model, default_tokenizer(model))
+            name = served_model_name(url)
+            for cell in cells:
+                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir)
+                runs.append(run)
+                outcome = run.error or (
+                    f"{run.figures.output_throughput:.2f} tok/s, {run.figures.failed} failed" if run.figures else "?"
+                )
+                progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", outcome)
+    except T4ServeError as exc:
+        # The server never served: every remaining cell of this model is a failed run, shown, not dropped.
+        for cell in cells[len(runs) :]:
+            run = Run(
+                model=model,
+                input_len=cell.input_len,
+                concurrency=cell.concurrency,
+                repeat=cell.repeat,
+                seed=cell.seed,
+                num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
+                raw_file=None,
+                figures=None,
+                error=exc.what,
+                telemetry=Telemetry(samples=0, error="server not running"),
+            )
+            runs.append(run)
+            progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", f"FAILED: {exc.what}")
+        progress.stream.write(f"{model}: {exc.message()}\n")
+    return runs
+
+
+def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:
+    write_runs(folder, runs_file)
+    (folder / "runs.csv").write_text(report.runs_csv(runs_file.runs), encoding="utf-8")
+    plots: list[str] = []
+    plot_error: ConfigError | None = None
+    try:
+        from t4serve.bench.plots import write_plots
+
+        plots = write_plots(folder, runs_file)
+    except ConfigError as exc:
+        plot_error = exc
+    (folder / "report.md").write_text(report.markdown(runs_file, plots), encoding="utf-8")
+    out.write(f"results in {folder}: report.md, runs.csv, runs.json, raw/, {', '.join(plots) or 'no plots'}\n")
+    if plot_error is not None:
+        raise plot_error

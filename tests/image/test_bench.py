@@ -1,0 +1,112 @@
+"""`t4serve bench` inside the image with the real `vllm bench serve` against the stand-in server.
+
+One container, everything on 127.0.0.1: a word-level tokenizer built with `tokenizers`, two stand-ins (qat answers,
+bf16's engine is dead so every request fails), a tiny grid. Checks the folder (raw JSON, CSV, report, plots), the
+seed scheme (both models were sent the same prompts, cells and repeats different ones) and the failed model's rows.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from .conftest import REPO, RunInImage
+
+pytestmark = pytest.mark.image
+
+SCRIPT = r"""
+set -eu
+mkdir -p /tmp/w/bin
+ln -s /t4tests/standin/vllm_standin.py /tmp/w/bin/vllm
+export PATH=/tmp/w/bin:$PATH HF_HUB_OFFLINE=1
+python - <<'PY'
+import json, pathlib
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+out = pathlib.Path("/tmp/w/tok"); out.mkdir()
+vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(1000)}}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.decoder = decoders.WordPiece(prefix="##")
+tok.save(str(out / "tokenizer.json"))
+(out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+PY
+T4SERVE_STANDIN_TOKEN_DELAY=0.005 T4SERVE_STANDIN_PROMPT_LOG=/tmp/w/qat.prompts \
+  vllm serve /tmp/w/tok --host 127.0.0.1 --port 8101 --served-model-name qat >/tmp/w/qat.log 2>&1 &
+T4SERVE_STANDIN_MODE=crash-after-ready T4SERVE_STANDIN_CRASH_AFTER=0 T4SERVE_STANDIN_DEAD_LINGER=900 \
+  T4SERVE_STANDIN_PROMPT_LOG=/tmp/w/bf16.prompts \
+  vllm serve /tmp/w/tok --host 127.0.0.1 --port 8102 --served-model-name bf16 >/tmp/w/bf16.log 2>&1 &
+python - <<'PY'
+import time, urllib.request
+for _ in range(200):
+    try:
+        [urllib.request.urlopen(f"http://127.0.0.1:{p}/v1/models", timeout=1) for p in (8101, 8102)]
+        break
+    except OSError:
+        time.sleep(0.1)
+PY
+rc=0
+t4serve bench --models qat,bf16 --inputs 32,64 --concurrency 1 --repeats 2 --output-len 8 --num-warmups 1 \
+  --base-url qat=http://127.0.0.1:8101,bf16=http://127.0.0.1:8102 --tokenizer /tmp/w/tok --ceiling qat=100 \
+  --output /tmp/w/out >/tmp/w/bench.out 2>/tmp/w/bench.err || rc=$?
+python - "$rc" <<'PY'
+import json, os, pathlib, sys
+w = pathlib.Path("/tmp/w")
+out = w / "out"
+print(json.dumps({
+    "rc": int(sys.argv[1]),
+    "files": sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()),
+    "png_sizes": {p.name: p.stat().st_size for p in out.glob("*.png")},
+    "report": (out / "report.md").read_text() if (out / "report.md").exists() else "",
+    "csv": (out / "runs.csv").read_text() if (out / "runs.csv").exists() else "",
+    "runs": json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else None,
+    "qat_prompts": (w / "qat.prompts").read_text().split() if (w / "qat.prompts").exists() else [],
+    "bf16_prompts": (w / "bf16.prompts").read_text().split() if (w / "bf16.prompts").exists() else [],
+    "stderr": (w / "bench.err").read_text()[-3000:],
+}))
+PY
+"""
+
+
+def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> None:
+    done = run_in_image(
+        "-c",
+        SCRIPT,
+        entrypoint="bash",
+        extra=["-v", f"{REPO / 'tests'}:/t4tests:ro"],
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # The failed model makes the command exit 1, after writing everything.
+    assert result["rc"] == 1, result["stderr"]
+    files = set(result["files"])
+    for name in ("report.md", "runs.csv", "runs.json", *result["png_sizes"]):
+        assert name in files
+    assert set(result["png_sizes"]) == {
+        "throughput_vs_concurrency.png",
+        "per_stream_vs_concurrency.png",
+        "ttft_vs_input.png",
+    }
+    assert all(size > 5000 for size in result["png_sizes"].values())
+    assert {f"raw/qat_in{i}_c1_r{r}.json" for i in (32, 64) for r in (1, 2)} <= files
+
+    report = result["report"]
+    assert "## input 32 tokens" in report and "## input 64 tokens" in report
+    assert "| 1 | " in report and "FAILED" in report
+    assert "bf16, input 32, c=1: FAILED (no repeat succeeded)" in report
+    assert "| qat | 100.0 | 32 | 1 |" in report  # the roofline fraction row
+
+    runs = result["runs"]["runs"]
+    seeds = {(r["model"], r["input_len"], r["concurrency"], r["repeat"]): r["seed"] for r in runs}
+    assert seeds[("qat", 32, 1, 1)] == seeds[("bf16", 32, 1, 1)] == 320_101
+    assert len({s for (m, *_), s in seeds.items() if m == "qat"}) == 4
+    qat_ok = [r for r in runs if r["model"] == "qat"]
+    assert all(r["figures"]["completed"] == 8 and r["figures"]["failed"] == 0 for r in qat_ok)
+    assert all(r["figures"] is None or r["figures"]["completed"] == 0 for r in runs if r["model"] == "bf16")
+    assert result["csv"].count("\n") == 1 + 8
+
+    # Same prompts for both checkpoints; different across cells and repeats.
+    assert sorted(result["qat_prompts"]) == sorted(result["bf16_prompts"])
+    main_prompts = 4 * 8
+    assert len(set(result["qat_prompts"])) >= main_prompts

@@ -1,0 +1,105 @@
+"""Reading vLLM's result JSON and summarizing repeats, checked against values computed by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from t4serve.bench.results import (
+    Run,
+    RunFigures,
+    RunsFile,
+    Telemetry,
+    figures_from_result,
+    read_runs,
+    summarize,
+    write_runs,
+)
+from t4serve.errors import ConfigError
+
+
+def figures(throughput: float, tpot: float, ttft: float, completed: int = 16, failed: int = 0) -> RunFigures:
+    return RunFigures(
+        completed=completed,
+        failed=failed,
+        output_throughput=throughput,
+        median_tpot_ms=tpot,
+        median_ttft_ms=ttft,
+        mean_ttft_ms=ttft,
+        total_output_tokens=completed * 128,
+        duration_s=10.0,
+    )
+
+
+def run(model: str, repeat: int, f: RunFigures | None, error: str | None = None, c: int = 4) -> Run:
+    return Run(model, 512, c, repeat, 5_120_400 + repeat, 16, None if f is None else "x.json", f, error)
+
+
+def hand_runs() -> list[Run]:
+    return [
+        run("qat", 1, figures(100.0, 20.0, 300.0)),
+        run("qat", 2, figures(110.0, 25.0, 310.0)),
+        run("qat", 3, figures(90.0, 18.0, 290.0, failed=2)),
+        run("bf16", 1, figures(50.0, 40.0, 400.0)),
+        run("bf16", 2, figures(55.0, 30.0, 420.0)),
+        run("bf16", 3, None, "`vllm bench serve` exited 1 without a result"),
+    ]
+
+
+def test_summary_takes_medians_and_variation_over_repeats() -> None:
+    qat, bf16 = summarize(hand_runs())
+    assert (qat.model, qat.repeats_ok, qat.repeats_failed) == ("qat", 3, 0)
+    assert qat.throughput == 100.0
+    assert qat.per_stream == pytest.approx(1000 / 20.0)  # median TPOT of 20, 25, 18 is 20 ms
+    assert qat.ttft_ms == 300.0
+    assert qat.variation_pct == pytest.approx((110 - 90) / 100 * 100)
+    assert qat.failed_requests == 2
+    assert qat.completed == 48
+    assert bf16.throughput == pytest.approx(52.5)
+    assert bf16.per_stream == pytest.approx(1000 / 35.0)
+    assert bf16.variation_pct == pytest.approx(5 / 52.5 * 100)
+    assert (bf16.repeats_ok, bf16.repeats_failed) == (2, 1)
+    assert bf16.errors == ["repeat 3: `vllm bench serve` exited 1 without a result"]
+    assert not bf16.failed
+
+
+def test_a_cell_with_no_successful_repeat_is_kept_and_marked_failed() -> None:
+    (s,) = summarize([run("bf16", 1, None, "server gone"), run("bf16", 2, figures(0.0, 0.0, 0.0, 0, 16), "all 16")])
+    assert s.failed
+    assert s.throughput is None and s.per_stream is None and s.ttft_ms is None
+    assert s.failed_requests == 16
+    assert len(s.errors) == 2
+
+
+def test_figures_from_vllm_result_json() -> None:
+    data = {
+        "completed": 8,
+        "failed": 1,
+        "output_throughput": 716.5,
+        "median_tpot_ms": 2.2,
+        "median_ttft_ms": 1.35,
+        "mean_ttft_ms": 1.43,
+        "total_output_tokens": 128,
+        "duration": 0.18,
+    }
+    f = figures_from_result(data, "r.json")
+    assert (f.completed, f.failed, f.output_throughput, f.duration_s) == (8, 1, 716.5, 0.18)
+    del data["median_tpot_ms"]
+    with pytest.raises(ConfigError, match=r"r\.json"):
+        figures_from_result(data, "r.json")
+
+
+def test_runs_file_round_trips(tmp_path: Path) -> None:
+    runs = hand_runs()
+    runs[0] = Run(
+        **{**runs[0].__dict__, "telemetry": Telemetry(samples=3, power_w_mean=69.5, throttle_reasons=["SW power cap"])}
+    )
+    original = RunsFile(1, ["qat", "bf16"], [512], [4], 3, 128, "2026-12-01T00:00:00+00:00", runs, {"qat": 150.0})
+    write_runs(tmp_path, original)
+    assert read_runs(tmp_path) == original
+
+
+def test_reading_a_folder_without_runs_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a `t4serve bench` result folder"):
+        read_runs(tmp_path)

@@ -1,0 +1,152 @@
+"""The runner: the `vllm bench serve` command line per cell, progress, failed runs and the result folder.
+
+The client here is a small script standing in for `vllm bench serve` (it writes a result JSON the way vLLM's does);
+the real client runs against the stand-in server in tests/image/test_bench.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from t4serve.bench import grid
+from t4serve.bench.runner import BenchOptions, Progress, bench_argv, raw_name, run_bench, served_model_name
+from t4serve.errors import PreflightError
+
+STANDIN = Path(__file__).resolve().parents[1] / "standin" / "vllm_standin.py"
+
+# Writes vLLM's result JSON from its own arguments; fails every run whose seed ends in 2 (repeat 2).
+FAKE_CLIENT = """#!{python}
+import json, sys
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+assert args[:2] == ["bench", "serve"], args
+seed = int(value("--seed"))
+if seed % 10 == 2:
+    print("Traceback: ValueError: Initial test run failed", file=sys.stderr)
+    sys.exit(1)
+c = int(value("--max-concurrency"))
+result = {{"completed": int(value("--num-prompts")), "failed": 0, "output_throughput": 10.0 * c + seed % 10,
+          "median_tpot_ms": 20.0, "median_ttft_ms": float(value("--random-input-len")), "mean_ttft_ms": 1.0,
+          "total_output_tokens": 8, "duration": 1.0, "model_id": value("--model")}}
+with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def standin_url() -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "T4SERVE_STANDIN_LOAD_SECONDS": "0"}
+    argv = [sys.executable, str(STANDIN), "serve", "tiny", "--port", str(port), "--served-model-name", "served-qat"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_bench_argv_is_the_published_sweep() -> None:
+    opts = BenchOptions(["qat"], [512], [4], 3, 128, Path("out"), vllm="/opt/venv/bin/vllm")
+    cell = grid.Cell(512, 4, 2)
+    argv = bench_argv(opts, "http://h:8000", "gemma", "google/x", cell, Path("out/raw/r.json"))
+    text = " ".join(argv)
+    assert argv[:3] == ["/opt/venv/bin/vllm", "bench", "serve"]
+    for part in (
+        "--base-url http://h:8000",
+        "--model gemma",
+        "--tokenizer google/x",
+        "--dataset-name random",
+        "--random-input-len 512",
+        "--random-output-len 128",
+        "--num-prompts 16",
+        "--max-concurrency 4",
+        "--ignore-eos",
+        "--temperature 0",
+        "--num-warmups 2",
+        "--seed 5120402",
+        "--save-result --result-dir out/raw --result-filename r.json",
+    ):
+        assert part in text
+
+
+def test_raw_name_is_a_safe_file_name() -> None:
+    assert raw_name("google/gemma-4-E2B-it", grid.Cell(512, 4, 1)) == "google_gemma-4-E2B-it_in512_c4_r1.json"
+
+
+def test_progress_prints_count_and_eta() -> None:
+    out = io.StringIO()
+    progress = Progress(4, out)
+    progress.start -= 10  # ten seconds in, one of four runs done: 30 s left
+    progress.step("qat in=512 c=1 r=1", "62.27 tok/s")
+    line = out.getvalue()
+    assert "1/4 qat in=512 c=1 r=1: 62.27 tok/s" in line
+    assert "elapsed 0:10, ETA 0:30" in line
+
+
+def test_served_model_name_and_its_failure(standin_url: str) -> None:
+    assert served_model_name(standin_url) == "served-qat"
+    with pytest.raises(PreflightError, match="does not list a model"):
+        served_model_name(f"http://127.0.0.1:{free_port()}", timeout=1)
+
+
+def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, standin_url: str) -> None:
+    client = tmp_path / "fake-vllm"
+    client.write_text(FAKE_CLIENT.format(python=sys.executable))
+    client.chmod(0o755)
+    out = tmp_path / "result"
+    opts = BenchOptions(
+        models=["qat", "bf16"],
+        inputs=[32],
+        concurrencies=[1, 2],
+        repeats=2,
+        output_len=8,
+        output=out,
+        base_urls={"qat": standin_url, "bf16": f"http://127.0.0.1:{free_port()}"},
+        tokenizers={"qat": "tok", "bf16": "tok"},
+        ceilings={"qat": 100.0},
+        vllm=str(client),
+    )
+    progress = io.StringIO()
+    try:
+        runs_file = run_bench(opts, environ={}, stream=progress)
+    except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
+        assert "matplotlib" in str(exc)
+        runs_file = None
+    assert (out / "runs.json").is_file() and (out / "runs.csv").is_file() and (out / "report.md").is_file()
+    raw = sorted(p.name for p in (out / "raw").glob("*.json"))
+    assert raw == ["qat_in32_c1_r1.json", "qat_in32_c2_r1.json"]
+    assert "8/8" in progress.getvalue()
+    report = (out / "report.md").read_text()
+    assert "| 1 | 11.00 | FAILED |" in report
+    assert "repeat 2: `vllm bench serve` exited 1 without a result" in report
+    assert "bf16, input 32, c=1: FAILED (no repeat succeeded)" in report
+    assert "the server at http://127.0.0.1:" in report
+    if runs_file is not None:
+        assert runs_file.runs[0].seed == 320_101
+        assert all(
+            (out / name).stat().st_size > 1000 for name in ("throughput_vs_concurrency.png", "ttft_vs_input.png")
+        )
+    data = json.loads((out / "runs.json").read_text())
+    assert [r["seed"] for r in data["runs"] if r["model"] == "bf16"] == [320_101, 320_102, 320_201, 320_202]

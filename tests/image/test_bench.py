@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from .conftest import REPO, RunInImage
 
 pytestmark = pytest.mark.image

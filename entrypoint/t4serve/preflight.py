@@ -83,7 +83,8 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
     findings.append(check_manifest(facts.manifest))
     if facts.manifest.present:
         findings.append(check_torch_cuda(facts.manifest))
-        if gpu is not None:
+        # An empty arch list is a CPU build, which torch-cuda reports with its fix.
+        if gpu is not None and facts.manifest.torch_arch_list:
             findings.append(check_torch_arch(facts.manifest, gpu))
     if gpu is not None:
         findings.append(check_clamp(facts.manifest, plan, gpu))
@@ -277,7 +278,7 @@ def check_torch_arch(manifest: BuildManifest, gpu: GpuDevice) -> Finding:
     cap = gpu.compute_capability
     found = f"torch arch list {' '.join(manifest.torch_arch_list) or '(empty)'}; GPU sm_{cap[0]}{cap[1]}"
     required = f"a kernel image for sm_{cap[0]}{cap[1]} (sm_{cap[0]}x with x <= {cap[1]}, or PTX at or below it)"
-    if manifest.torch_arch_list and not arch_supported(manifest.torch_arch_list, cap):
+    if not arch_supported(manifest.torch_arch_list, cap):
         return Finding(
             "torch-arch",
             "fail",
@@ -286,7 +287,7 @@ def check_torch_arch(manifest: BuildManifest, gpu: GpuDevice) -> Finding:
             "rebuild the image with a torch compiled for this GPU (PyPI's torch 2.14.0 cu130 wheel covers sm_75 to "
             "sm_120)",
         )
-    return Finding("torch-arch", "ok" if manifest.torch_arch_list else "fail", found, required, "")
+    return Finding("torch-arch", "ok", found, required, "")
 
 
 def check_clamp(manifest: BuildManifest, plan: Plan, gpu: GpuDevice) -> Finding:
@@ -397,10 +398,10 @@ def disk_needs(facts: Facts, plan: Plan) -> dict[str, tuple[int, str]]:
     model = facts.model
     if model is not None and model.source in NOT_LOCAL_SOURCES:
         weights = model.weight_bytes
+        what = f"checkpoint {format_bytes(weights)}" if weights else "checkpoint of unknown size (headers unread)"
         needs["hf_cache"] = (
             weights + HF_CACHE_HEADROOM,
-            f"checkpoint {format_bytes(weights)} to download + {format_bytes(HF_CACHE_HEADROOM)} for tokenizer "
-            "and config",
+            f"{what} to download + {format_bytes(HF_CACHE_HEADROOM)} for tokenizer and config",
         )
     else:
         needs["hf_cache"] = (0, "checkpoint already local" if model is not None else "model not probed")

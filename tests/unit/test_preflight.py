@@ -106,8 +106,12 @@ def test_manifest_missing() -> None:
 
 
 def test_cpu_build_of_torch() -> None:
-    finding = only(findings(with_manifest(t4(), torch_cuda_version=None, torch_arch_list=[])), "torch-cuda")
+    found = findings(with_manifest(t4(), torch_cuda_version=None, torch_arch_list=[]))
+    finding = only(found, "torch-cuda")
     assert finding.level == "fail" and "CPU build of torch" in finding.found and "libcudart.so.13" in finding.found
+    assert "rebuild the image" in finding.fix
+    # One failure for one cause: the empty arch list is not reported again as a missing sm_75.
+    assert "torch-arch" not in {f.check for f in found}
 
 
 def test_capability_missing_from_the_arch_list() -> None:

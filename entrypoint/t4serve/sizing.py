@@ -198,18 +198,23 @@ def size(inputs: SizingInputs) -> Sizing:
     lay = layout(length)
 
     # max_num_seqs: as many max-length requests as the pool holds at once (no preemption), capped at vLLM's default.
+    # The sampler's share of the activation peak grows with max_num_seqs, so choose and re-predict until stable.
     if inputs.max_num_seqs is not None:
         seqs = Derived(inputs.max_num_seqs, "seqs", "T4SERVE_MAX_NUM_SEQS", "setting")
     else:
-        held = kvcache.capacity(lay, pool).num_blocks // lay.blocks_per_request
-        chosen = max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, held))
-        seqs = Derived(chosen, "seqs",
-                       f"floor({kvcache.capacity(lay, pool).num_blocks:,} blocks / {lay.blocks_per_request:,} per "
-                       f"{length:,}-token request) = {held}, capped at vLLM's {VLLM_DEFAULT_MAX_NUM_SEQS}: every "
-                       "admitted request can reach max_model_len without preemption")
-        if inputs.kv_cache_memory_bytes is None and chosen != seqs_guess:
+        chosen = seqs_guess
+        for _ in range(8):
+            blocks = kvcache.capacity(lay, pool).num_blocks
+            held = blocks // lay.blocks_per_request
+            previous, chosen = chosen, max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, held))
+            if inputs.kv_cache_memory_bytes is not None or chosen == previous:
+                break
             pool, how = predict_pool(inputs, text, chosen, batched)
             pool_d = Derived(pool, "B", how)
+        seqs = Derived(chosen, "seqs",
+                       f"floor({blocks:,} blocks / {lay.blocks_per_request:,} per {length:,}-token request) = "
+                       f"{held}, capped at vLLM's {VLLM_DEFAULT_MAX_NUM_SEQS}: every admitted request can reach "
+                       "max_model_len without preemption")
 
     # --kv-cache-memory-bytes: whole blocks of the predicted pool, so tokens and concurrency are exactly these.
     kv_bytes: Derived | None

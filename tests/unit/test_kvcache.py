@@ -1,0 +1,110 @@
+"""vLLM 0.33's KV accounting, one test per rule, and FACTS.md's published bf16 T4 figures reproduced exactly."""
+
+from __future__ import annotations
+
+import pytest
+from e2b_checkpoint import e2b_config
+
+from t4serve import kvcache as kv
+from t4serve.errors import ConfigError
+
+TEXT = e2b_config()["text_config"]
+
+
+def layout(length: int = 16384, batched: int = 2048, **kw: object) -> kv.KVLayout:
+    return kv.kv_layout(TEXT, dtype_bytes=2, max_model_len=length, max_num_batched_tokens=batched, **kw)  # type: ignore[arg-type]
+
+
+def test_only_non_shared_layers_own_a_cache_with_their_head_dims() -> None:
+    specs = kv.kv_cache_specs(TEXT, 2)
+    assert [s.layer for s in specs] == list(range(15))
+    assert [s.layer for s in specs if s.kind == "full"] == [4, 9, 14]
+    assert {s.head_size for s in specs if s.kind == "full"} == {512}
+    assert {(s.head_size, s.sliding_window) for s in specs if s.kind == "sliding"} == {(256, 512)}
+    # FACTS.md: fp16 KV per token, 1,024 B per sliding layer and 2,048 B per full layer.
+    assert {s.kind: s.bytes_per_token for s in specs} == {"sliding": 1024, "full": 2048}
+
+
+def test_page_sizes_unify_by_growing_the_sliding_block() -> None:
+    specs = kv.unify_kv_cache_spec_page_size(kv.kv_cache_specs(TEXT, 2))
+    assert {s.page_size_bytes for s in specs} == {32768}
+    assert {s.kind: s.block_size for s in specs} == {"sliding": 32, "full": 16}
+
+
+def test_non_dividing_pages_are_refused() -> None:
+    specs = [kv.KVSpec(0, 16, 1, 96, 2), kv.KVSpec(1, 16, 1, 256, 2, 512)]
+    with pytest.raises(ConfigError, match="cannot be unified"):
+        kv.unify_kv_cache_spec_page_size(specs)
+
+
+def test_groups_of_the_smallest_bucket_strided() -> None:
+    groups = kv.get_kv_cache_groups(kv.kv_cache_specs(TEXT, 2))
+    assert [g.layers for g in groups] == [(0, 5, 10), (1, 6, 11), (2, 7, 12), (3, 8, 13), (4, 9, 14)]
+    assert kv.bytes_per_block(groups) == 3 * 32768
+
+
+def test_group_size_uses_largest_bucket_when_close() -> None:
+    # 12 sliding + 13 full: 13 < 1.5 x 12, so groups of 13 (gpt-oss-style) with one padding slot.
+    specs = [kv.KVSpec(i, 16, 1, 64, 2, 128) for i in range(12)] + [kv.KVSpec(12 + i, 16, 1, 64, 2) for i in range(13)]
+    groups = kv.get_kv_cache_groups(specs)
+    assert [len(g.layers) for g in groups] == [12, 13]
+    assert kv.bytes_per_block(groups) == 13 * specs[0].page_size_bytes
+
+
+def test_uniform_model_is_one_group() -> None:
+    specs = [kv.KVSpec(i, 16, 8, 128, 2) for i in range(4)]
+    assert [g.layers for g in kv.get_kv_cache_groups(specs)] == [(0, 1, 2, 3)]
+
+
+def test_sliding_blocks_per_request_window_plus_in_flight() -> None:
+    lay = layout()
+    # async scheduling: 2 x 2048 in flight; sliding: ceil(min(511 + 4096, 16384) / 32) + 1 = 145; full: 16384/16.
+    assert lay.in_flight_tokens == 4096
+    assert lay.blocks_per_request_by_group == (145, 145, 145, 145, 1024)
+    assert lay.blocks_per_request == 1604
+    sync = layout(async_scheduling=False)
+    assert sync.blocks_per_request_by_group[0] == -(-(511 + 2048) // 32) + 1
+
+
+def test_sliding_hold_is_capped_by_max_model_len() -> None:
+    lay = layout(length=1000)
+    assert lay.blocks_per_request_by_group == (-(-1000 // 32) + 1,) * 4 + (-(-1000 // 16),)
+
+
+def test_default_max_num_batched_tokens_by_memory() -> None:
+    gib = 1024**3
+    assert kv.default_max_num_batched_tokens(15 * gib) == 2048
+    assert kv.default_max_num_batched_tokens(80 * gib, "NVIDIA A100-SXM4-80GB") == 2048
+    assert kv.default_max_num_batched_tokens(80 * gib, "NVIDIA H100 80GB HBM3") == 8192
+    assert kv.default_max_num_batched_tokens(180 * gib) == 16384
+
+
+def test_published_bf16_t4_pool_gives_logged_tokens_and_concurrency() -> None:
+    lay = layout()
+    low, high = kv.pool_bytes_range(lay, 315_974)
+    # The exact pool vLLM's arithmetic implies: 30,934 blocks of 98,304 B = 3,040,935,936 B = 2.8321 GiB.
+    assert (low, high) == (30_934 * 98_304, 30_935 * 98_304)
+    assert round(low / 1024**3, 3) == 2.832
+    for pool in (low, high - 1):
+        cap = kv.capacity(lay, pool)
+        assert cap.tokens == 315_974
+        assert f"{cap.concurrency:.2f}" == "19.29"
+    assert kv.capacity(lay, low - 1).tokens != 315_974
+
+
+def test_fits_reserves_the_null_block() -> None:
+    lay = layout()
+    need = kv.min_pool_bytes(lay)
+    assert need == 1605 * 98_304
+    assert kv.fits(lay, need) and not kv.fits(lay, need - 1)
+
+
+def test_estimate_max_model_len_binary_search() -> None:
+    pool = kv.min_pool_bytes(layout(16384))
+    assert kv.estimate_max_model_len(TEXT, pool, dtype_bytes=2, upper=131072, max_num_batched_tokens=2048) == 16384
+    assert kv.estimate_max_model_len(TEXT, 98_304, dtype_bytes=2, upper=131072, max_num_batched_tokens=2048) == 0
+
+
+def test_incomplete_config_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="lacks what KV cache sizing needs"):
+        kv.kv_cache_specs({"hidden_size": 10}, 2)

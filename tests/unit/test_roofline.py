@@ -1,0 +1,64 @@
+"""Bytes per decode token from headers: FACTS.md's 4.56 / 4.597 GB for bf16, 2.47x fewer for QAT, KV per context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from e2b_checkpoint import write_checkpoint
+
+from t4serve.checkpoint import probe_model
+from t4serve.commands.roofline import command
+from t4serve.errors import ConfigError
+from t4serve.facts import ModelFacts
+from t4serve.roofline import roofline
+
+
+def facts(tmp: Path, kind: str) -> ModelFacts:
+    d = write_checkpoint(tmp / kind, kind)
+    return probe_model(str(d), hf_home=str(tmp), offline=True)
+
+
+def test_bf16_reads_4_56_gb_and_4_597_with_dropped_kv(tmp_path: Path) -> None:
+    r = roofline(facts(tmp_path, "bf16"), context=0, dtype_bytes=2, bandwidth_bytes_per_s=277e9)
+    assert round(r.weights_read_bytes.value / 1e9, 2) == 4.56
+    assert round((r.weights_read_bytes.value + r.dropped_kv_weights_bytes.value) / 1e9, 3) == 4.597
+    assert round(r.dropped_kv_weights_bytes.value / 1e6, 1) == 37.8
+    assert r.ceiling_tokens_per_s is not None
+    # FACTS.md: 60.3 tok/s at 277 GB/s counting the dropped weights.
+    assert round(277e9 / (r.weights_read_bytes.value + r.dropped_kv_weights_bytes.value), 1) == 60.3
+
+
+def test_qat_reads_2_47x_fewer(tmp_path: Path) -> None:
+    b = roofline(facts(tmp_path, "bf16"), context=0, dtype_bytes=2, bandwidth_bytes_per_s=None)
+    q = roofline(facts(tmp_path, "qat"), context=0, dtype_bytes=2, bandwidth_bytes_per_s=None)
+    published_bf16 = b.weights_read_bytes.value + b.dropped_kv_weights_bytes.value
+    assert round(published_bf16 / q.weights_read_bytes.value, 2) == 2.47
+    assert q.ceiling_tokens_per_s is None
+
+
+def test_kv_read_per_step_follows_windows(tmp_path: Path) -> None:
+    m = facts(tmp_path, "bf16")
+    r = roofline(m, context=16384, dtype_bytes=2, bandwidth_bytes_per_s=None)
+    assert r.kv_read_bytes.value == 12 * 512 * 1024 + 3 * 16384 * 2048
+    short = roofline(m, context=100, dtype_bytes=2, bandwidth_bytes_per_s=None)
+    assert short.kv_read_bytes.value == 12 * 100 * 1024 + 3 * 100 * 2048
+
+
+def test_no_headers_is_explained() -> None:
+    with pytest.raises(ConfigError, match="needs the checkpoint's safetensors headers"):
+        roofline(ModelFacts("a/b", None, "not-local", "unreachable"), context=0, dtype_bytes=2,
+                 bandwidth_bytes_per_s=None)
+
+
+def test_command_json_on_a_local_checkpoint(tmp_path: Path) -> None:
+    d = write_checkpoint(tmp_path / "c", "bf16")
+    result = CliRunner().invoke(command, [str(d), "--context", "0", "--json"], env={"HF_HUB_OFFLINE": "1"})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["source"] == "local-dir" and out["gpu"] == "Tesla T4"
+    assert round(out["weights_read_bytes"]["value"] / 1e9, 2) == 4.56
+    assert out["ceiling_tokens_per_s"]["value"] == pytest.approx(277e9 / out["bytes_per_token"]["value"])
+    assert out["ceiling_nominal_tokens_per_s"]["value"] == pytest.approx(320e9 / out["bytes_per_token"]["value"])

@@ -76,13 +76,13 @@ def probe(state: ServeState, timeout: float) -> str | None:
         return f"{base}/health answered HTTP {exc.code} (vLLM's engine is dead or stopping)"
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"{base}/health did not answer within {timeout:.0f} s ({reason})"
+        return f"{base}/health did not answer within {timeout:g} s ({reason})"
     if status != 200:
         return f"{base}/health answered HTTP {status}"
     try:
         status, body = _get_json(f"{base}/v1/models", timeout)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        return f"{base}/v1/models did not answer within {timeout:.0f} s ({getattr(exc, 'reason', exc)})"
+        return f"{base}/v1/models did not answer within {timeout:g} s ({getattr(exc, 'reason', exc)})"
     data = body.get("data") if isinstance(body, dict) else None
     ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
     if state.served_model_name not in ids:

@@ -93,7 +93,7 @@ def run_canary(base_url: str, model: str, dtype: str | None, *, timeout: float =
         detail = exc.read().decode("utf-8", errors="replace")[:300]
         verdict = Verdict(False, None, f"/v1/completions answered HTTP {exc.code}: {detail}")
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        verdict = Verdict(False, None, f"/v1/completions did not answer within {timeout:.0f} s: {exc}")
+        verdict = Verdict(False, None, f"/v1/completions did not answer within {timeout:g} s: {exc}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         verdict = Verdict(False, None, f"/v1/completions answered something that is not JSON: {exc}")
     hint = None

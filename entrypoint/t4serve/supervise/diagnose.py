@@ -83,7 +83,8 @@ _RULES: tuple[_Rule, ...] = (
         "shm_too_small",
         re.compile(
             r"No space left on device.*(/dev/shm|shm)|(/dev/shm|shm).*No space left on device|Bus error"
-            r"|unable to allocate shared memory|NCCL WARN.*shm",
+            # torch's shared-memory tensor files live in /dev/shm as torch_<pid>_<n>_<i>.
+            r"|unable to write to file </torch_|unable to allocate shared memory|NCCL WARN.*shm",
             re.IGNORECASE,
         ),
         "the container's /dev/shm is too small for vLLM's shared-memory queues",
@@ -92,8 +93,9 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 _LOAD_PHASES = ("starting", "downloading", "loading_weights")
-# vLLM's multiproc executor and engine-core monitor report a SIGKILLed child as exit code -9.
-_KILLED = re.compile(r"exit code:? -9|died unexpectedly|Killed process|signal 9|SIGKILL")
+# vLLM's multiproc executor and engine-core launcher report a SIGKILLed child as exit code -9
+# ("Failed core proc(s): {'EngineCore_DP0': -9}", "died unexpectedly (exit code: -9)").
+_KILLED = re.compile(r"exit code:? -9|': -9\}|Killed process|signal 9|SIGKILL")
 
 
 def diagnose(lines: Sequence[str], returncode: int | None, phase: str) -> Diagnosis | None:

@@ -1,0 +1,105 @@
+"""`t4serve serve`: settings -> facts -> plan -> preflight -> supervisord running vLLM, telemetry and the listener.
+
+Order: the preflight table is printed and any failure refuses the start (exit 3) unless T4SERVE_PREFLIGHT=warn; the
+resolved settings (secrets redacted) and the plan are logged; the run spec, the first state and supervisord.conf are
+written atomically into the state directory (0600 for spec and config); HF_TOKEN goes only into the environment
+supervisord inherits. supervisord then runs under t4serve.supervise.pid1, which reaps and sets the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from t4serve.errors import InternalError, PreflightError
+from t4serve.render import SupervisorInputs, render_supervisord_conf, run_spec
+from t4serve.settings import Settings, settings_options
+from t4serve.supervise import pid1
+from t4serve.supervise.state import (
+    EXIT_REQUEST_FILE,
+    SUPERVISORD_CONF_FILE,
+    new_state,
+    write_atomic,
+    write_run_spec,
+    write_state,
+)
+
+
+def _say(text: str) -> None:
+    print(f"t4serve: {text}", flush=True)
+
+
+def child_environment(settings: Settings, environ: dict[str, str]) -> dict[str, str]:
+    """The environment supervisord (and so vLLM) inherits: the token from HF_TOKEN_FILE is put here and only here."""
+    env = dict(environ)
+    if settings.hf_token is not None:
+        env["HF_TOKEN"] = settings.hf_token.reveal()
+        # Both set is a settings error for any t4serve command the children run; the hub reads HF_TOKEN anyway.
+        env.pop("HF_TOKEN_FILE", None)
+    # vLLM and huggingface_hub must look where the probes looked.
+    env["HF_HOME"] = settings.hf_home
+    return env
+
+
+@click.command("serve")
+@settings_options
+def command(settings: Settings) -> int:
+    """Check the machine, size vLLM to it, and run it under supervision (the container's entrypoint)."""
+    from t4serve.pipeline import gather_facts, prepare
+    from t4serve.preflight import format_table, has_failures
+
+    started_at = time.time()
+    facts = gather_facts(settings, os.environ)
+    plan, findings = prepare(settings, facts)
+    _say("preflight:\n" + format_table(findings))
+    failures = [f for f in findings if f.level == "fail"]
+    if has_failures(findings):
+        if settings.preflight == "strict":
+            first = failures[0]
+            raise PreflightError(
+                f"preflight failed ({len(failures)} check(s): {', '.join(f.check for f in failures)}); "
+                f"not starting vLLM. First: {first.check}",
+                found=first.found,
+                required=first.required,
+                fix=f"{first.fix} (or T4SERVE_PREFLIGHT=warn to start anyway)",
+            )
+        _say(f"T4SERVE_PREFLIGHT=warn: starting despite {len(failures)} failed check(s)")
+    _say("settings:\n" + settings.summary())
+    _say("plan:\n" + plan.summary())
+
+    supervisord = shutil.which("supervisord")
+    if supervisord is None:
+        raise InternalError(
+            "supervisord is not on PATH",
+            found=f"PATH={os.environ.get('PATH', '')}",
+            required="supervisord (the `supervisor` package, installed with vLLM in the image's venv)",
+            fix="run the t4serve image, or `pip install supervisor` into the venv that holds t4serve",
+        )
+    state_dir = Path(settings.state_dir)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # A request left by the listener of an earlier run of this container must not decide this run's exit code.
+    (state_dir / EXIT_REQUEST_FILE).unlink(missing_ok=True)
+    spec = run_spec(plan, settings)
+    spec_path = write_run_spec(state_dir, spec)
+    write_state(state_dir, new_state(spec, started_at=started_at))
+    conf = render_supervisord_conf(
+        SupervisorInputs(
+            t4serve=(sys.executable, "-m", "t4serve"),
+            state_dir=str(state_dir),
+            spec_path=str(spec_path),
+            shutdown_timeout=settings.shutdown_timeout,
+            max_restarts=settings.max_restarts,
+            restart_window=settings.restart_window,
+            telemetry_host="0.0.0.0",
+            telemetry_port=settings.telemetry_port,
+        )
+    )
+    conf_path = state_dir / SUPERVISORD_CONF_FILE
+    write_atomic(conf_path, conf, mode=0o600)
+    _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if settings.telemetry_port else ''}listener)")
+    return pid1.run([supervisord, "-n", "-c", str(conf_path)], state_dir, child_environment(settings, dict(os.environ)))

@@ -1,0 +1,74 @@
+"""canary: the answer is judged (empty, NaN, wrong, right) and a float16 failure carries the overflow hint."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from local_http import Canned, serve
+
+from t4serve.supervise.canary import EXPECTED, FP16_HINT, PROMPT, judge_completion, run_canary
+
+
+def completion(text: str, logprobs: list[float] | None = None) -> dict[str, object]:
+    choice: dict[str, object] = {"index": 0, "text": text, "finish_reason": "length"}
+    if logprobs is not None:
+        choice["logprobs"] = {"tokens": list(text), "token_logprobs": logprobs}
+    return {"id": "cmpl-1", "object": "text_completion", "choices": [choice]}
+
+
+def test_right_answer_passes() -> None:
+    verdict = judge_completion(completion("391\n\n17*", [-0.01, -0.2, -0.3]))
+    assert verdict.ok and verdict.reason is None
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (completion(""), "empty answer"),
+        (completion("   "), "empty answer"),
+        (completion("<pad><pad><pad>", [0.0, 0.0, 0.0]), "wrong answer"),
+        (completion("391", [math.nan]), "non-finite"),
+        (completion("391", [-math.inf]), "non-finite"),
+        (completion("391", []), "empty logits"),
+        ({"choices": []}, "no choices"),
+        ({"object": "error", "message": "boom"}, "no choices"),
+        ({"choices": [{"index": 0}]}, "no text"),
+    ],
+)
+def test_bad_answers_fail_with_reason(body: object, reason: str) -> None:
+    verdict = judge_completion(body)
+    assert not verdict.ok and verdict.reason is not None and reason in verdict.reason
+
+
+def test_run_canary_sends_a_greedy_fixed_request() -> None:
+    with serve({"/v1/completions": Canned(body=completion(" 391"))}) as server:
+        record = run_canary(server.url, "gemma", "float16")
+    assert record.ok and record.text == " 391" and record.hint is None
+    [(path, payload)] = server.requests
+    assert path == "/v1/completions"
+    assert payload["prompt"] == PROMPT and payload["temperature"] == 0 and payload["model"] == "gemma"
+    assert 0 < payload["max_tokens"] <= 16
+    assert EXPECTED == "391"
+
+
+def test_garbage_on_float16_gets_the_overflow_hint() -> None:
+    with serve({"/v1/completions": Canned(body=completion("<pad><pad>"))}) as server:
+        fp16 = run_canary(server.url, "gemma", "float16")
+        bf16 = run_canary(server.url, "gemma", "bfloat16")
+    assert not fp16.ok and fp16.hint == FP16_HINT
+    assert not bf16.ok and bf16.hint is None
+
+
+def test_http_error_and_no_server_are_failures_without_numerics_hint() -> None:
+    with serve({"/v1/completions": Canned(status=404, body={"message": "model gemma does not exist"})}) as server:
+        record = run_canary(server.url, "gemma", "float16")
+    assert not record.ok and "HTTP 404" in (record.reason or "") and record.hint is None
+    closed = run_canary(f"http://127.0.0.1:{server.port}", "gemma", "float16", timeout=1.0)
+    assert not closed.ok and "did not answer" in (closed.reason or "")
+
+
+def test_timeout_is_reported() -> None:
+    with serve({"/v1/completions": Canned(body=completion("391"), delay=1.5)}) as server:
+        record = run_canary(server.url, "gemma", None, timeout=0.3)
+    assert not record.ok and "did not answer within 0.3 s" in (record.reason or "")

@@ -1,0 +1,64 @@
+"""diagnose: each known cause named from the text vLLM, torch, Triton or the hub print (the stand-in replays it)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from t4serve.supervise.diagnose import diagnose
+
+ENGINE_FAIL = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+CASES = {
+    "clamp_missing": [
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: "
+        "65536. Reducing block sizes or `num_stages` may help.",
+        ENGINE_FAIL.format("{'EngineCore_DP0': 1}"),
+    ],
+    "bf16_on_turing": [
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU "
+        "has compute capability 7.5. You can use float16 instead by explicitly setting the `dtype` flag in CLI",
+    ],
+    "driver_too_old": ["RuntimeError: The NVIDIA driver on your system is too old (found version 12020)."],
+    "gated_model_no_token": [
+        "huggingface_hub.errors.GatedRepoError: 401 Client Error.",
+        "Cannot access gated repo for url https://huggingface.co/google/gemma-4-E2B-it/resolve/main/config.json.",
+    ],
+    "cuda_oom": [
+        "(EngineCore_DP0 pid=9) ERROR 12-01 10:00:00 [gpu_model_runner.py:5086] Failed to load model - not enough GPU "
+        "memory. Try lowering --gpu-memory-utilization",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
+    ],
+    "shm_too_small": ["RuntimeError: unable to write to file </torch_1_2304578412_0>: No space left on device (28)"],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_known_causes(name: str) -> None:
+    result = diagnose(["(APIServer pid=1) INFO starting", *CASES[name]], 1, "loading_weights")
+    assert result is not None and result.name == name
+    assert result.fix and result.summary
+    assert result.evidence in [ln.strip() for ln in CASES[name]]
+    assert result.one_line().startswith("diagnosis: ")
+
+
+def test_host_oom_from_engine_exit_minus_nine_during_load() -> None:
+    # The kernel's OOM killer SIGKILLs the engine core: vLLM reports only its exit code -9.
+    result = diagnose([ENGINE_FAIL.format("{'EngineCore_DP0': -9}")], 1, "loading_weights")
+    assert result is not None and result.name == "host_oom_during_load"
+    assert "setup-swap" in result.fix
+
+
+def test_host_oom_from_sigkill_of_vllm_itself() -> None:
+    result = diagnose([], -signal.SIGKILL, "downloading")
+    assert result is not None and result.name == "host_oom_during_load"
+
+
+def test_sigkill_after_load_is_not_called_host_oom() -> None:
+    assert diagnose([], -signal.SIGKILL, "compiling") is None
+
+
+def test_unknown_death_has_no_diagnosis() -> None:
+    lines = ["torch.AcceleratorError: CUDA error: an illegal memory access was encountered"]
+    assert diagnose(lines, 1, "ready") is None

@@ -91,7 +91,7 @@ def test_bad_interpreter_figures_fail(change: dict[str, Any], message: str) -> N
 
 
 def fake_python(tmp_path: Path, compiled: Any, interpreted: Any, exit_code: int = 0) -> str:
-    """An executable that answers `python -m t4serve.patch.worker MODE TARGET ...` like the worker, and records the
+    """An executable that answers `python -m t4serve.patch MODE TARGET ...` like the worker, and records the
     environment it was given."""
     script = tmp_path / "fake-python"
     script.write_text(

@@ -58,7 +58,7 @@ def _worker_env(*, interpret: bool, cache_dir: str) -> dict[str, str]:
 
 def run_worker(mode: str, target: Path, *, python: str, echo: Echo, extra_env: Mapping[str, str] | None = None) -> Any:
     """Run one proof step in a child Python, echo its figures, and return its JSON result."""
-    command = [python, "-m", "t4serve.patch.worker", mode, str(target), "--shared-memory", str(TURING_SHARED_MEMORY)]
+    command = [python, "-m", "t4serve.patch", mode, str(target), "--shared-memory", str(TURING_SHARED_MEMORY)]
     try:
         with tempfile.TemporaryDirectory(prefix="t4serve-clamp-triton-") as cache_dir:
             env = _worker_env(interpret=mode == "interpret", cache_dir=cache_dir) | dict(extra_env or {})

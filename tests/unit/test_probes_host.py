@@ -145,10 +145,10 @@ def test_cgroup_v1_huge_values_and_no_quota_are_unlimited() -> None:
     assert limits.notes == []
 
 
-def _v2_tree(tmp_path: Path, controllers: str, files: dict[str, str]) -> CgroupLimits:
+def _v2_tree(tmp_path: Path, controllers: str, files: dict[str, str], cgroup_path: str = "/") -> CgroupLimits:
     proc = tmp_path / "proc" / "self"
     proc.mkdir(parents=True)
-    (proc / "cgroup").write_text("0::/\n")
+    (proc / "cgroup").write_text(f"0::{cgroup_path}\n")
     (proc / "mountinfo").write_text("30 20 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
     root = tmp_path / "sys" / "fs" / "cgroup"
     root.mkdir(parents=True)
@@ -166,6 +166,16 @@ def test_cgroup_v2_max_is_unlimited(tmp_path: Path) -> None:
         None,
         None,
     )
+
+
+def test_cgroup_v2_a_path_outside_the_namespace_reads_the_visible_root(tmp_path: Path) -> None:
+    # Followed literally, "/../.." would climb out of the cgroup mount and read an unrelated file.
+    stray = tmp_path / "sys" / "system.slice" / "x.scope"
+    stray.mkdir(parents=True)
+    (stray / "memory.max").write_text("536870912\n")
+    limits = _v2_tree(tmp_path, "memory", {"memory.max": "1073741824"}, cgroup_path="/../../system.slice/x.scope")
+    assert limits.memory_limit_bytes == GIB
+    assert limits.memory_limit_file == str(tmp_path / "sys" / "fs" / "cgroup" / "memory.max")
 
 
 def test_cgroup_v2_without_the_memory_controller_has_no_version(tmp_path: Path) -> None:

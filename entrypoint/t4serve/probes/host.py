@@ -204,6 +204,9 @@ def _cgroup_dirs(mount: Mount, cgroup_path: str, sys_root: str) -> list[str]:
         # A cgroup namespace shows the container its own cgroup as the mount's root: the path is not under it.
         relative = ""
     parts = [p for p in relative.split("/") if p]
+    if ".." in parts:
+        # A process outside the namespace's root cgroup sees "/../.."; its own folder is not in this view.
+        parts = []
     return [os.path.join(top, *parts[:depth]) for depth in range(len(parts), -1, -1)]
 
 

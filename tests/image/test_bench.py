@@ -109,5 +109,6 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
 
     # Same prompts for both checkpoints; different across cells and repeats.
     assert sorted(result["qat_prompts"]) == sorted(result["bf16_prompts"])
-    main_prompts = 4 * 8
-    assert len(set(result["qat_prompts"])) >= main_prompts
+    # 4 runs of 8 prompts; the initial test and warm-up requests reuse a run's first prompt. One shared seed would
+    # give at most 9 distinct prompts.
+    assert len(set(result["qat_prompts"])) >= 3 * 8

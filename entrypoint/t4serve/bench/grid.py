@@ -68,5 +68,5 @@ def parse_int_list(raw: str, flag: str) -> list[int]:
             f"{flag} {raw!r} is not a comma-separated list of whole numbers",
             found=raw,
             required="integers separated by commas",
-            fix=f"e.g. {flag} 1,4,8,16",
+            fix=f"e.g. {flag} " + ("512,4096" if flag == "--inputs" else "1,4,8,16"),
         ) from None

@@ -11,22 +11,26 @@ import click
 from t4serve.errors import ConfigError
 
 
-def _pairs(raw: str | None, flag: str, single_key: str | None = None) -> dict[str, str]:
-    """`a=x,b=y` -> {a: x, b: y}; a lone value with no `=` belongs to `single_key` (the only model)."""
+def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = False) -> dict[str, str]:
+    """`a=x,b=y` -> {a: x, b: y}. A lone value with no `=` belongs to the only model, or, with `lone_for_all`
+    (a tokenizer shared by every checkpoint), to every model."""
     if not raw:
         return {}
     result: dict[str, str] = {}
     for part in (p.strip() for p in raw.split(",") if p.strip()):
         key, eq, value = part.partition("=")
         if not eq or key.startswith("http"):
-            if single_key is None:
+            if lone_for_all:
+                result.update(dict.fromkeys(models, part))
+                continue
+            if len(models) != 1:
                 raise ConfigError(
                     f"{flag} {raw!r}: a value without MODEL= is only allowed with a single model",
                     found=part,
                     required="MODEL=VALUE pairs, one per model in --models",
                     fix=f"{flag} qat=VALUE,bf16=VALUE",
                 )
-            key, value = single_key, part
+            key, value = models[0], part
         result[key] = value
     return result
 
@@ -44,7 +48,7 @@ def _pairs(raw: str | None, flag: str, single_key: str | None = None) -> dict[st
     default=None,
     help="Benchmark running servers instead of starting them: URL (one model) or MODEL=URL,MODEL=URL.",
 )
-@click.option("--tokenizer", default=None, help="Tokenizer per model: PATH (one model) or MODEL=PATH,...")
+@click.option("--tokenizer", default=None, help="Tokenizer: PATH (for every model) or MODEL=PATH,...")
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
 @click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
@@ -87,9 +91,8 @@ def command(
             required="e.g. qat,bf16",
             fix="--models qat,bf16",
         )
-    single = model_list[0] if len(model_list) == 1 else None
     ceilings: dict[str, float] = {}
-    for key, value in _pairs(ceiling, "--ceiling", single).items():
+    for key, value in _pairs(ceiling, "--ceiling", model_list).items():
         try:
             ceilings[key] = float(value)
         except ValueError:
@@ -105,8 +108,8 @@ def command(
         output_len=output_len,
         output=output or Path(f"bench-{stamp}"),
         num_prompts=num_prompts,
-        base_urls=_pairs(base_url, "--base-url", single),
-        tokenizers=_pairs(tokenizer, "--tokenizer", single),
+        base_urls=_pairs(base_url, "--base-url", model_list),
+        tokenizers=_pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True),
         ceilings=ceilings,
         vllm=vllm,
         num_warmups=num_warmups,

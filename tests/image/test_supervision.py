@@ -1,0 +1,201 @@
+"""Supervision in the image, with the stand-in server as `vllm` (t4serve:standin, built here from standin.Dockerfile):
+phases and figures, ready only after the canary, canary failure, crash -> restart -> give up, hang, SIGTERM drain,
+telemetry without NVML. No GPU here: T4SERVE_PREFLIGHT=warn lets serve start past the no-GPU finding."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.image
+
+STANDIN = "t4serve:standin"
+BASE_ENV = {"T4SERVE_PREFLIGHT": "warn", "HF_HUB_OFFLINE": "1", "T4SERVE_DTYPE": "float16"}
+
+
+@pytest.fixture(scope="module")
+def standin(docker_bin: str, image_ref: str) -> str:
+    build = subprocess.run(
+        [docker_bin, "build", "-q", "-f", "tests/image/standin.Dockerfile", "--build-arg", f"BASE={image_ref}",
+         "-t", STANDIN, "."],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    return STANDIN
+
+
+Start = Callable[..., str]
+
+
+@pytest.fixture
+def start(docker_bin: str, standin: str) -> Iterator[Start]:
+    names: list[str] = []
+
+    def run(env: dict[str, str], *extra: str) -> str:
+        name = f"t4s-test-{uuid.uuid4().hex[:8]}"
+        cmd = [docker_bin, "run", "-d", "--name", name, *extra]
+        for k, v in {**BASE_ENV, **env}.items():
+            cmd += ["-e", f"{k}={v}"]
+        subprocess.run([*cmd, standin], check=True, capture_output=True, timeout=60)
+        names.append(name)
+        return name
+
+    yield run
+    for name in names:
+        subprocess.run([docker_bin, "rm", "-f", name], capture_output=True, timeout=60)
+
+
+def dexec(docker: str, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([docker, "exec", name, *args], capture_output=True, text=True, timeout=30)
+
+
+def state(docker: str, name: str) -> dict[str, Any]:
+    out = dexec(docker, name, "t4serve", "status", "--json")
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def wait_phase(docker: str, name: str, phases: set[str], timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = state(docker, name)
+        if s.get("phase") in phases:
+            return s
+        time.sleep(0.5)
+    logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
+    pytest.fail(f"{name} never reached {phases}; last state {state(docker, name).get('phase')}; logs:\n{logs[-3000:]}")
+
+
+def wait_exit(docker: str, name: str, timeout: float) -> int:
+    out = subprocess.run([docker, "wait", name], capture_output=True, text=True, timeout=timeout)
+    return int(out.stdout.strip())
+
+
+def logs(docker: str, name: str) -> str:
+    out = subprocess.run([docker, "logs", name], capture_output=True, text=True, timeout=30)
+    return out.stdout + out.stderr
+
+
+def test_phases_figures_and_ready_only_after_canary(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_LOAD_SECONDS": "3"})
+    s = wait_phase(docker_bin, name, {"ready", "canary_failed", "failed"})
+    assert s["phase"] == "ready"
+    phases = [m["phase"] for m in s["phases"]]
+    assert phases == ["starting", "loading_weights", "profiling", "compiling", "canary", "ready"]
+    times = [m["began_at"] for m in s["phases"]]
+    assert times == sorted(times)
+    assert s["canary"]["ok"] and "391" in s["canary"]["text"]
+    figures = {k: v["value"] for k, v in s["figures"].items()}
+    assert figures["model_memory_gib"] == 8.02 and figures["model_load_seconds"] == 98.7
+    assert figures["kv_tokens"] == 315974 and figures["max_model_len"] == 16384 and figures["max_concurrency"] == 19.29
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    assert hc.returncode == 0, hc.stderr
+    status = dexec(docker_bin, name, "t4serve", "status").stdout
+    assert "phase:    ready" in status and "max_concurrency: 19.29 x" in status
+
+
+def test_healthcheck_reports_phase_during_slow_load(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_MODE": "slow-load", "T4SERVE_STANDIN_LOAD_SECONDS": "30"})
+    wait_phase(docker_bin, name, {"loading_weights", "profiling"}, timeout=30)
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    print(f"\nhealthcheck during load: {hc.stderr.strip()}")
+    assert hc.returncode == 1
+    assert hc.stderr.startswith("t4serve healthcheck: not ready: ") and "since vLLM started" in hc.stderr
+
+
+def test_canary_failure_is_unhealthy_with_reason_and_fp16_hint(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_MODE": "garbage", "T4SERVE_STANDIN_GARBAGE": "pad"})
+    s = wait_phase(docker_bin, name, {"ready", "canary_failed", "failed"})
+    assert s["phase"] == "canary_failed"
+    assert "wrong answer" in s["reason"] and "float16 overflow" in s["fix"]
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    assert hc.returncode == 1 and "canary failed" in hc.stderr and "hint: float16 overflow" in hc.stderr
+
+
+def test_crash_on_load_goes_fatal_and_the_container_exits_non_zero(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_MODE": "crash-on-load", "T4SERVE_STANDIN_CRASH_LOG": "clamp",
+                  "T4SERVE_MAX_RESTARTS": "1"})  # fmt: skip
+    code = wait_exit(docker_bin, name, timeout=120)
+    text = logs(docker_bin, name)
+    assert code == 1, text[-3000:]
+    assert "diagnosis: vLLM's Triton attention asked for more shared memory" in text
+    assert "Hardware limit: 65536" in text and "went FATAL" in text
+    assert "t4serve: exiting 1: vLLM went FATAL" in text
+
+
+def test_crash_restart_repeated_crash_exits_non_zero(docker_bin: str, start: Start) -> None:
+    # Each attempt lives past startsecs (10 s), so supervisord counts real exits and restarts; the listener gives up
+    # on the second exit with T4SERVE_MAX_RESTARTS=1.
+    name = start({"T4SERVE_STANDIN_MODE": "crash-after-ready", "T4SERVE_STANDIN_CRASH_AFTER": "11",
+                  "T4SERVE_MAX_RESTARTS": "1"})  # fmt: skip
+    code = wait_exit(docker_bin, name, timeout=120)
+    text = logs(docker_bin, name)
+    assert code == 1, text[-3000:]
+    # supervisord may respawn once more before the listener's SIGTERM lands; the give-up is what ends it.
+    assert text.count("spawned: 'vllm'") >= 2
+    assert "attempt 2: starting" in text
+    assert "vLLM exited 2 times within 300 s" in text
+    assert "illegal memory access" in text
+
+
+def test_hang_makes_healthcheck_unhealthy(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_MODE": "hang", "T4SERVE_STANDIN_HANG_AFTER": "2"})
+    wait_phase(docker_bin, name, {"ready"})
+    time.sleep(3)
+    began = time.monotonic()
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    took = time.monotonic() - began
+    print(f"\nhealthcheck on a hung server took {took:.1f} s: {hc.stderr.strip()}")
+    assert hc.returncode == 1 and "did not answer within 3 s" in hc.stderr and took < 10
+
+
+def test_sigterm_drains_in_flight_request_within_grace(docker_bin: str, start: Start) -> None:
+    name = start(
+        {"T4SERVE_STANDIN_TOKEN_DELAY": "0.25", "T4SERVE_SHUTDOWN_TIMEOUT": "15"}, "-p", "127.0.0.1::8000"
+    )
+    s = wait_phase(docker_bin, name, {"ready"})
+    port = subprocess.run([docker_bin, "port", name, "8000/tcp"], capture_output=True, text=True).stdout.split(":")[-1]
+    result: dict[str, Any] = {}
+
+    def request() -> None:
+        body = json.dumps({"model": s["served_model_name"], "prompt": "hello", "max_tokens": 20, "temperature": 0})
+        req = urllib.request.Request(f"http://127.0.0.1:{port.strip()}/v1/completions", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                result["status"] = response.status
+                result["body"] = json.loads(response.read())
+        except Exception as exc:  # recorded for the assertion message
+            result["error"] = repr(exc)
+
+    client = threading.Thread(target=request)
+    client.start()
+    time.sleep(1.0)  # the request is in flight: 20 tokens x 0.25 s
+    began = time.monotonic()
+    subprocess.run([docker_bin, "stop", "-t", "90", name], check=True, capture_output=True, timeout=120)
+    stopped = time.monotonic() - began
+    client.join(timeout=60)
+    code = wait_exit(docker_bin, name, timeout=10)
+    print(f"\ndocker stop took {stopped:.1f} s (grace 90 s); in-flight request: {result.get('status')}")
+    assert result.get("status") == 200, result
+    assert result["body"]["usage"]["completion_tokens"] == 20
+    assert stopped < 90 and code == 0
+    assert "passing SIGTERM to vLLM" in logs(docker_bin, name)
+
+
+def test_telemetry_without_nvml_exits_cleanly_once(docker_bin: str, start: Start) -> None:
+    name = start({"T4SERVE_STANDIN_LOAD_SECONDS": "1"})
+    wait_phase(docker_bin, name, {"ready"})
+    text = logs(docker_bin, name)
+    assert text.count("telemetry: no GPU telemetry") == 1
+    assert "exited: telemetry (exit status 0; expected)" in text
+    assert text.count("spawned: 'telemetry'") == 1

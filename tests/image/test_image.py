@@ -69,6 +69,41 @@ def test_vllm_imports(run_in_image: RunInImage, manifest_data: dict[str, Any]) -
     assert out.stdout.strip().splitlines()[-1] == manifest_data["vllm_version"]
 
 
+# The Dockerfile removes these (about 0.5 GB) because a Gemma 4 server on Turing never loads them.
+TRIMMED = ("tokenspeed_mla", "tokenspeed_triton", "tilelang")
+# What a T4 serving Gemma 4 E2B imports: the model classes, the Triton backend Gemma 4 is forced onto,
+# compressed-tensors W4A16 through Marlin (the QAT checkpoint), and the OpenAI server with its `vllm serve` entry.
+T4_PATH = (
+    ("vllm.model_executor.models.gemma4_mm", "Gemma4ForConditionalGeneration"),
+    ("vllm.model_executor.models.gemma4", "Gemma4ForCausalLM"),
+    ("vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend"),
+    (
+        "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_wNa16",
+        "CompressedTensorsWNA16",
+    ),
+    ("vllm.model_executor.kernels.linear.mixed_precision.marlin", "MarlinLinearKernel"),
+    ("vllm.entrypoints.launchers.api_server.entry", "run_server"),
+    ("vllm.entrypoints.launchers.api_server.routers", "register_api_routers"),
+    ("vllm.entrypoints.cli.serve", "ServeSubcommand"),
+)
+
+
+def test_t4_path_imports_without_the_trimmed_packages(run_in_image: RunInImage) -> None:
+    code = (
+        "import importlib, importlib.util, json, sys\n"
+        f"trimmed = {TRIMMED!r}\n"
+        "present = [m for m in trimmed if importlib.util.find_spec(m)]\n"
+        f"for module, name in {T4_PATH!r}:\n"
+        "    getattr(importlib.import_module(module), name)\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & set(trimmed))\n"
+        "print(json.dumps({'present': present, 'loaded': loaded}))"
+    )
+    out = run_in_image("-c", code, entrypoint="python3", timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"present": [], "loaded": []}
+
+
 def test_manifest_matches_what_is_installed(run_in_image: RunInImage, manifest_data: dict[str, Any]) -> None:
     manifest = from_dict(BuildManifest, manifest_data)
     assert manifest.present and manifest.path == "/etc/t4serve/build-manifest.json"

@@ -19,7 +19,8 @@ class Derived:
     source: str = "derived"
 
     def __str__(self) -> str:
-        return f"{self.format_value()} {self.unit}".strip() + f"  ({self.how})"
+        unit = "" if self.unit in ("B", "bytes") else f" {self.unit}"
+        return f"{self.format_value()}{unit}  ({self.how})"
 
     def format_value(self) -> str:
         if self.unit in ("B", "bytes"):

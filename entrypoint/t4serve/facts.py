@@ -51,7 +51,7 @@ class GpuFacts:
 
 @dataclass(frozen=True)
 class DiskFacts:
-    # What the server writes there: "hf_cache", "compile_cache", "tmp", "state".
+    # What the server writes there: "hf_cache", "compile_cache", "triton_cache", "inductor_cache", "tmp", "state".
     role: str
     path: str
     # The nearest existing folder at or above `path`, which is where free space was measured.
@@ -78,7 +78,7 @@ class HostFacts:
     shm_total_bytes: int | None
     shm_free_bytes: int | None
     disks: list[DiskFacts] = field(default_factory=list)
-    # (host, port) pairs that were already bound when probed, for the port-in-use finding.
+    # Ports that could not be bound when probed (each once), for the port-in-use finding.
     ports_in_use: list[int] = field(default_factory=list)
     # How cpu_count was reached: the affinity mask and the cgroup CPU quota that capped it.
     cpu_count_how: str | None = None

@@ -86,7 +86,7 @@ class Plan:
         if self.sizing is not None:
             lines += ["", "sizing:"]
             for name, value in _sizing_items(self.sizing):
-                lines.append(f"  {name:<28} {_show(value)}")
+                lines.append(f"  {name:<28} {value}")
             lines += [f"  note: {n}" for n in self.sizing.notes]
         else:
             lines += ["", f"sizing: not computed: {self.sizing_error}"]
@@ -113,12 +113,6 @@ def _sizing_items(sizing: Sizing) -> list[tuple[str, Derived]]:
         if isinstance(value, Derived):
             items.append((name, value))
     return items
-
-
-def _show(value: Derived) -> str:
-    # format_value() already spells byte units (GiB, MiB); other units follow the number.
-    unit = "" if value.unit in ("B", "bytes") else f" {value.unit}"
-    return f"{value.format_value()}{unit}  ({value.how})"
 
 
 def _cap(capability: tuple[int, int]) -> str:

@@ -20,6 +20,7 @@ from t4serve.checkpoint import (
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
+from t4serve.gpus import KnownGpu
 from t4serve.kvcache import kv_cache_specs
 
 READ_PARTS = (PART_TEXT_DECODER, PART_PER_LAYER_PROJECTION, PART_EMBEDDING, PART_OUTPUT_LAYER)
@@ -96,3 +97,11 @@ def roofline(model: ModelFacts, *, context: int, dtype_bytes: int, bandwidth_byt
         bytes_per_token=Derived(per_token, "B", f"{weights / GB:.3f} GB weights + {kv / GB:.4f} GB KV"),
         ceiling_tokens_per_s=ceiling,
     )
+
+
+def decode_ceiling(model: ModelFacts, gpu: KnownGpu, *, context: int = 0, dtype_bytes: int = 2) -> Derived:
+    """The single-stream decode ceiling of `model` on a known GPU, in tokens/s (what `t4serve bench` divides by)."""
+    result = roofline(model, context=context, dtype_bytes=dtype_bytes, bandwidth_bytes_per_s=gpu.bandwidth,
+                      bandwidth_how=" measured" if gpu.bandwidth_measured else " nominal")
+    assert result.ceiling_tokens_per_s is not None  # a known GPU always has a bandwidth
+    return result.ceiling_tokens_per_s

@@ -150,3 +150,18 @@ def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, stand
         )
     data = json.loads((out / "runs.json").read_text())
     assert [r["seed"] for r in data["runs"] if r["model"] == "bf16"] == [320_101, 320_102, 320_201, 320_202]
+
+
+def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_note(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from t4serve.bench.runner import roofline_ceilings
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    ceilings, notes = roofline_ceilings(["bf16", "qat", "org/not-here"], {"bf16": 42.0})
+    assert ceilings["bf16"] == 42.0
+    qat = ceilings["qat"]
+    assert qat is not None and qat > 100  # int4 weights read 2.47x fewer bytes than bf16's ~60 tok/s
+    assert ceilings["org/not-here"] is None
+    assert any(n.startswith("org/not-here: no roofline ceiling") for n in notes)

@@ -62,3 +62,19 @@ def test_command_json_on_a_local_checkpoint(tmp_path: Path) -> None:
     assert round(out["weights_read_bytes"]["value"] / 1e9, 2) == 4.56
     assert out["ceiling_tokens_per_s"]["value"] == pytest.approx(277e9 / out["bytes_per_token"]["value"])
     assert out["ceiling_nominal_tokens_per_s"]["value"] == pytest.approx(320e9 / out["bytes_per_token"]["value"])
+
+
+def test_decode_ceiling_is_the_roofline_at_the_known_gpus_bandwidth(tmp_path: Path) -> None:
+    from t4serve.gpus import known_gpu
+    from t4serve.roofline import decode_ceiling, roofline
+
+    write_checkpoint(tmp_path, kind="bf16")
+    facts = probe_model(str(tmp_path), hf_home=str(tmp_path / "hf"), offline=True)
+    t4 = known_gpu("t4")
+    assert t4 is not None
+    ceiling = decode_ceiling(facts, t4)
+    per_token = roofline(facts, context=0, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value
+    assert ceiling.value == pytest.approx(277.0e9 / per_token)
+    # FACTS.md: 4.56 GB read per token without the dropped K/V weights -> about 60.7 tok/s at 277 GB/s.
+    assert 60.0 < ceiling.value < 61.5
+    assert "277.0 GB/s measured" in ceiling.how

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
@@ -262,27 +261,39 @@ def default_tokenizer(model: str) -> str:
     return MODEL_ALIASES.get(model, model)
 
 
-def roofline_ceilings(models: list[str], given: dict[str, float]) -> tuple[dict[str, float | None], list[str]]:
-    """Per-stream decode ceiling per model: --ceiling first, else t4serve.roofline's `decode_ceiling(model)`."""
+def roofline_ceilings(
+    models: list[str], given: dict[str, float], gpu_key: str = "t4"
+) -> tuple[dict[str, float | None], list[str]]:
+    """Per-stream decode ceiling per model: --ceiling first, else `t4serve.roofline.decode_ceiling` on a known GPU.
+
+    The checkpoint's headers come from the local cache or, for the aliases, the built-in facts (t4serve.checkpoint);
+    a model whose headers cannot be read gets no ceiling and a note saying why, never a made-up figure.
+    """
+    from t4serve.checkpoint import probe_model
+    from t4serve.gpus import known_gpu
+    from t4serve.roofline import decode_ceiling
+    from t4serve.settings import MODEL_ALIASES, Settings
+
+    gpu = known_gpu(gpu_key)
+    if gpu is None:
+        raise ConfigError(f"unknown GPU {gpu_key!r} for the roofline ceiling", found=gpu_key,
+                          required="a key of t4serve.gpus.KNOWN_GPUS", fix="--gpu t4")
+    settings = Settings.from_environ(os.environ)
     ceilings: dict[str, float | None] = {}
     notes: list[str] = []
-    try:
-        roofline: Any = importlib.import_module("t4serve.roofline")
-    except ImportError:
-        roofline = None
     for model in models:
         if model in given:
             ceilings[model] = given[model]
             continue
         ceilings[model] = None
-        if roofline is None or not hasattr(roofline, "decode_ceiling"):
-            notes.append(f"{model}: no roofline ceiling (t4serve.roofline.decode_ceiling absent; pass --ceiling)")
-            continue
+        facts = probe_model(MODEL_ALIASES.get(model, model), hf_home=settings.hf_home, offline=settings.hf_hub_offline)
         try:
-            value = roofline.decode_ceiling(model)
-            ceilings[model] = float(getattr(value, "value", value))
+            ceiling = decode_ceiling(facts, gpu)
         except T4ServeError as exc:
-            notes.append(f"{model}: no roofline ceiling: {exc.what}")
+            notes.append(f"{model}: no roofline ceiling: {exc.what} ({exc.found})")
+            continue
+        ceilings[model] = ceiling.value
+        notes.append(f"{model}: roofline ceiling {ceiling}")
     return ceilings, notes
 
 

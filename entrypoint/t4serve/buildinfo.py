@@ -8,15 +8,14 @@ import, inside a function, at build time); `check_claims()` fails the build when
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.facts import BuildManifest, ClampProof
 from t4serve.serde import from_dict, to_dict
@@ -197,16 +196,7 @@ def manifest_json(manifest: BuildManifest) -> str:
 
 def write_manifest(manifest: BuildManifest, path: Path) -> None:
     """Write atomically (temp file + rename), then load it back: a manifest that cannot be replayed fails here."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(manifest_json(manifest))
-        os.chmod(tmp, 0o644)  # read by the non-root runtime user
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, manifest_json(manifest), mode=0o644)  # 0o644: read by the non-root runtime user
     loaded = read_manifest(path)
     if loaded != manifest:
         raise ConfigError(

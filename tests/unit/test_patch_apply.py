@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from test_patch_locate import VLLM_LIKE_SOURCE
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import PatchError
-from t4serve.patch.apply import apply_clamp, atomic_write, find_vllm_root, read_vllm_version
+from t4serve.patch.apply import apply_clamp, find_vllm_root, read_vllm_version
 from t4serve.patch.clamp import UNCLAMPED_FUNCTION, clamp_namespace, clamp_sha256
 from t4serve.patch.locate import TARGET_PATH
 
@@ -91,7 +92,7 @@ def test_atomic_write_interrupted_mid_write_keeps_the_old_file(tmp_path: Path, m
 
     monkeypatch.setattr(os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        atomic_write(path, "new\n" * 1000)
+        write_atomic(path, "new\n" * 1000)
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["f.py"]
 

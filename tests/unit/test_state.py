@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.supervise.state import (
     ExitRequest,
@@ -17,7 +18,6 @@ from t4serve.supervise.state import (
     read_exit_request,
     read_run_spec,
     read_state,
-    write_atomic,
     write_exit_request,
     write_run_spec,
     write_state,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import InternalError, PreflightError
 from t4serve.render import SupervisorInputs, render_supervisord_conf, run_spec
 from t4serve.settings import Settings, settings_options
@@ -24,7 +25,6 @@ from t4serve.supervise.state import (
     EXIT_REQUEST_FILE,
     SUPERVISORD_CONF_FILE,
     new_state,
-    write_atomic,
     write_run_spec,
     write_state,
 )

@@ -8,14 +8,12 @@ writes it with temp + rename (never a partial file) and byte-compiles it; on an 
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
-import os
 import py_compile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import PatchError
 from t4serve.patch.clamp import TARGET_FUNCTION, UNCLAMPED_FUNCTION, clamp_sha256, marked_block
 from t4serve.patch.locate import TARGET_PATH, TileSite, locate
@@ -122,24 +120,6 @@ def patch_source(text: str, vllm_version: str) -> tuple[str, TileSite]:
     return patched, after
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` by `text` through a temp file in the same folder and a rename: readers see the old file or the
-    new one, never a partial one, and a failure leaves the old file and no temp behind. Mode bits are kept."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".t4serve-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, mode)
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
-        raise
-
-
 def byte_compile(path: Path) -> None:
     """Compile the patched file so a read-only runtime never recompiles it (and so a syntax slip fails here)."""
     try:
@@ -170,7 +150,7 @@ def apply_clamp(vllm_root: str | Path | None = None) -> ApplyResult:
     if site.state == "patched" and patched == text:
         return ApplyResult(root, path, version, "already-applied", site)
     try:
-        atomic_write(path, patched)
+        write_atomic(path, patched)
     except OSError as exc:
         raise PatchError(
             f"cannot write the patched {path}",

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import PatchError
 from t4serve.facts import ClampProof
 from t4serve.gpus import shared_memory_per_block_optin
-from t4serve.patch.apply import atomic_write, find_vllm_root, read_vllm_version
+from t4serve.patch.apply import find_vllm_root, read_vllm_version
 from t4serve.patch.clamp import CLAMPED_TILE, TARGET_FUNCTION, clamp_sha256, padded_head_size, tile_shared_memory
 from t4serve.patch.locate import TARGET_PATH, TileSite, locate
 from t4serve.patch.worker import RESULT_PREFIX
@@ -221,7 +222,7 @@ def verify(
 def write_proof(path: Path, proof: ClampProof) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(to_dict(proof), indent=2) + "\n")
+        write_atomic(path, json.dumps(to_dict(proof), indent=2) + "\n")
     except OSError as exc:
         raise PatchError(
             f"cannot write the clamp proof to {path}",

@@ -12,9 +12,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
-from t4serve.supervise.state import LOADING_PHASES, write_atomic
+from t4serve.supervise.state import LOADING_PHASES
 
 HISTORY_FILE = "start-history.json"
 MAX_RECORDS = 50

@@ -9,13 +9,12 @@ Every write is atomic (temp file in the same folder, fsync, rename), so a reader
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
 
@@ -167,22 +166,6 @@ class ExitRequest:
     code: int
     reason: str
     requested_at: float
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` so readers see the old file or the new one, never a mix; `mode` set before rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _dump(obj: Any) -> str:

@@ -165,3 +165,18 @@ def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_not
     assert qat is not None and qat > 100  # int4 weights read 2.47x fewer bytes than bf16's ~60 tok/s
     assert ceilings["org/not-here"] is None
     assert any(n.startswith("org/not-here: no roofline ceiling") for n in notes)
+
+
+def test_planned_servers_share_every_flag_but_the_checkpoint_and_its_name(tmp_path: Path) -> None:
+    from t4serve.bench.runner import plan_servers
+
+    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "T4SERVE_STATE_DIR": str(tmp_path / "s"),
+               "T4SERVE_CACHE_DIR": str(tmp_path / "c"), "PATH": os.environ.get("PATH", "")}
+    servers, notes = plan_servers(["qat", "bf16"], environ)
+    qat, bf16 = servers["qat"].argv, servers["bf16"].argv
+    assert qat[:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
+    assert bf16[:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]
+    assert qat[3:5] == ["--served-model-name", "google/gemma-4-E2B-it-qat-w4a16-ct"]
+    assert bf16[3:5] == ["--served-model-name", "google/gemma-4-E2B-it"]
+    assert qat[5:] == bf16[5:] and "--served-model-name" not in qat[5:]
+    assert notes == []

@@ -211,22 +211,37 @@ def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[st
     for model in models:
         settings = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model})
         plan, _findings = prepare(settings, gather_facts(settings, environ))
-        argv = list(plan.argv)
+        # The flags after `vllm serve MODEL`, less the model's own name: those are what must be identical.
+        flags = _without_option(list(plan.argv[3:]), "--served-model-name")
         if reference is None:
-            reference = argv
-        elif argv[3:] != reference[3:]:
+            reference = flags
+        elif flags != reference:
             notes.append(
-                f"{model}: its own plan's flags differ ({shlex.join(argv[3:])}); it ran with {reference[0]}'s flags "
+                f"{model}: its own plan's flags differ ({shlex.join(flags)}); it ran with {models[0]}'s flags "
                 "so that only the checkpoint differs"
             )
         host = "127.0.0.1" if plan.host in ("0.0.0.0", "::", "") else plan.host
         servers[model] = PlannedServer(
-            argv=[*reference[:2], plan.model, *reference[3:]],
+            argv=[*plan.argv[:3], "--served-model-name", plan.served_model_name, *reference],
             env=dict(plan.env),
             url=f"http://{host}:{plan.port}",
             tokenizer=plan.model,
         )
     return servers, notes
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """`argv` less `option VALUE` and `option=VALUE`."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            kept.append(arg)
+    return kept
 
 
 @contextlib.contextmanager

@@ -106,6 +106,31 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def cell_run(
+    opts: BenchOptions,
+    model: str,
+    cell: grid.Cell,
+    *,
+    raw_file: str | None,
+    figures: RunFigures | None,
+    error: str | None,
+    telemetry: Telemetry | None,
+) -> Run:
+    """The record of one run of one cell, measured or failed."""
+    return Run(
+        model=model,
+        input_len=cell.input_len,
+        concurrency=cell.concurrency,
+        repeat=cell.repeat,
+        seed=cell.seed,
+        num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
+        raw_file=raw_file,
+        figures=figures,
+        error=error,
+        telemetry=telemetry,
+    )
+
+
 def run_cell(
     opts: BenchOptions, model: str, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw_dir: Path
 ) -> Run:
@@ -116,18 +141,7 @@ def run_cell(
     def made(
         raw_file: str | None, figures: RunFigures | None, error: str | None, telemetry: Telemetry | None = None
     ) -> Run:
-        return Run(
-            model=model,
-            input_len=cell.input_len,
-            concurrency=cell.concurrency,
-            repeat=cell.repeat,
-            seed=cell.seed,
-            num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
-            raw_file=raw_file,
-            figures=figures,
-            error=error,
-            telemetry=telemetry,
-        )
+        return cell_run(opts, model, cell, raw_file=raw_file, figures=figures, error=error, telemetry=telemetry)
 
     with Sampler(opts.telemetry_interval_s) as sampler, log.open("w", encoding="utf-8") as out:
         out.write("$ " + shlex.join(argv) + "\n")
@@ -409,18 +423,8 @@ def _run_model(
     except T4ServeError as exc:
         # The server never served: every remaining cell of this model is a failed run, shown, not dropped.
         for cell in cells[len(runs) :]:
-            run = Run(
-                model=model,
-                input_len=cell.input_len,
-                concurrency=cell.concurrency,
-                repeat=cell.repeat,
-                seed=cell.seed,
-                num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
-                raw_file=None,
-                figures=None,
-                error=exc.what,
-                telemetry=Telemetry(samples=0, error="server not running"),
-            )
+            run = cell_run(opts, model, cell, raw_file=None, figures=None, error=exc.what,
+                           telemetry=Telemetry(samples=0, error="server not running"))
             runs.append(run)
             progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", f"FAILED: {exc.what}")
         progress.stream.write(f"{model}: {exc.message()}\n")

@@ -180,3 +180,20 @@ def test_planned_servers_share_every_flag_but_the_checkpoint_and_its_name(tmp_pa
     assert bf16[3:5] == ["--served-model-name", "google/gemma-4-E2B-it"]
     assert qat[5:] == bf16[5:] and "--served-model-name" not in qat[5:]
     assert notes == []
+
+
+def test_a_server_that_dies_while_starting_fails_every_cell_of_its_model_visibly(tmp_path: Path) -> None:
+    from t4serve.bench import grid
+    from t4serve.bench.runner import BenchOptions, PlannedServer, Progress, _run_model
+
+    opts = BenchOptions(["bf16"], [512], [1, 4], 2, 16, tmp_path, ready_timeout_s=30)
+    cells = grid.cells(opts.inputs, opts.concurrencies, opts.repeats)
+    dead = PlannedServer(argv=[sys.executable, "-c", "raise SystemExit(3)"], env={}, url="http://127.0.0.1:9",
+                         tokenizer="unused")
+    out = io.StringIO()
+    runs = _run_model(opts, "bf16", cells, tmp_path, dead, Progress(len(cells), out))
+    assert len(runs) == len(cells) == 4
+    assert [(r.concurrency, r.repeat) for r in runs] == [(c.concurrency, c.repeat) for c in cells]
+    assert all(r.figures is None and r.error for r in runs)
+    assert all(r.telemetry is not None and r.telemetry.error == "server not running" for r in runs)
+    assert out.getvalue().count("FAILED") == 4

@@ -2,7 +2,7 @@
 
 `collect()` reads versions (distribution metadata) and torch's CUDA version and compiled arch list (the only torch
 import, inside a function, at build time); `check_claims()` fails the build when the image could not run on Turing;
-`write_manifest()`/`read_manifest()` store it as JSON that loads back into `facts.BuildManifest`.
+`write_manifest()` stores it as JSON and loads it back through the runtime's reader (`probes.manifest`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.facts import BuildManifest, ClampProof
+from t4serve.probes.manifest import probe_manifest
 from t4serve.serde import from_dict, to_dict
 
 # The compute capability the image exists for (Tesla T4, RTX 20xx) and the CUDA major its torch wheels are built for.
@@ -197,7 +198,8 @@ def manifest_json(manifest: BuildManifest) -> str:
 def write_manifest(manifest: BuildManifest, path: Path) -> None:
     """Write atomically (temp file + rename), then load it back: a manifest that cannot be replayed fails here."""
     write_atomic(path, manifest_json(manifest), mode=0o644)  # 0o644: read by the non-root runtime user
-    loaded = read_manifest(path)
+    # The same reader the entrypoint uses at start, so a manifest that passes here is one it can read.
+    loaded = probe_manifest(str(path))
     if loaded != manifest:
         raise ConfigError(
             "the build manifest does not load back as written",
@@ -205,16 +207,3 @@ def write_manifest(manifest: BuildManifest, path: Path) -> None:
             required="a manifest that round-trips through t4serve.serde",
             fix="this is a t4serve bug: report it with the manifest file",
         )
-
-
-def read_manifest(path: Path) -> BuildManifest:
-    """The manifest at `path`. A missing or unreadable file is an absent manifest with the reason, not an exception:
-    the preflight decides what that means."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return BuildManifest(path=str(path), present=False, error="no build manifest at this path")
-    except (OSError, json.JSONDecodeError) as exc:
-        return BuildManifest(path=str(path), present=False, error=f"unreadable: {exc}")
-    manifest = from_dict(BuildManifest, data, where=str(path))
-    return replace(manifest, path=str(path))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from t4serve.errors import ConfigError
-from t4serve.facts import Facts, GpuDevice, GpuFacts
+from t4serve.facts import Facts, GpuDevice, GpuFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 from t4serve.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
 from t4serve.preflight import Finding, run_checks
@@ -48,12 +48,18 @@ def listen_ports(settings: Settings) -> list[tuple[str, int]]:
     return ports
 
 
+def probe_settings_model(settings: Settings) -> ModelFacts:
+    """The checkpoint T4SERVE_MODEL names, read where the settings say (HF_HOME, HF_HUB_OFFLINE)."""
+    from t4serve.checkpoint import probe_model
+
+    return probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
+
+
 def gather_facts(settings: Settings, environ: Mapping[str, str]) -> Facts:
     """Probe this machine (GPU, host, disks, build manifest) and the checkpoint the settings name."""
-    from t4serve.checkpoint import probe_model
     from t4serve.probes import collect_facts
 
-    model = probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
+    model = probe_settings_model(settings)
     return collect_facts(
         environ=environ,
         disk_paths=write_paths(settings, environ),
@@ -68,10 +74,7 @@ def ensure_model(settings: Settings, facts: Facts) -> Facts:
     match, and gets the requested checkpoint probed (local files, or built-in facts for the aliases) when not."""
     if facts.model is not None and facts.model.requested == settings.model.target:
         return facts
-    from t4serve.checkpoint import probe_model
-
-    model = probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
-    return dataclasses.replace(facts, model=model)
+    return dataclasses.replace(facts, model=probe_settings_model(settings))
 
 
 def load_facts(path: str | Path) -> Facts:

@@ -298,16 +298,15 @@ def roofline_ceilings(
     The checkpoint's headers come from the local cache or, for the aliases, the built-in facts (t4serve.checkpoint);
     a model whose headers cannot be read gets no ceiling and a note saying why, never a made-up figure.
     """
-    from t4serve.checkpoint import probe_model
     from t4serve.gpus import known_gpu
+    from t4serve.pipeline import probe_settings_model
     from t4serve.roofline import decode_ceiling
-    from t4serve.settings import MODEL_ALIASES, Settings
+    from t4serve.settings import Settings
 
     gpu = known_gpu(gpu_key)
     if gpu is None:
         raise ConfigError(f"unknown GPU {gpu_key!r} for the roofline ceiling", found=gpu_key,
                           required="a key of t4serve.gpus.KNOWN_GPUS", fix="--gpu t4")
-    settings = Settings.from_environ(os.environ)
     ceilings: dict[str, float | None] = {}
     notes: list[str] = []
     for model in models:
@@ -315,8 +314,8 @@ def roofline_ceilings(
             ceilings[model] = given[model]
             continue
         ceilings[model] = None
-        facts = probe_model(MODEL_ALIASES.get(model, model), hf_home=settings.hf_home, offline=settings.hf_hub_offline)
         try:
+            facts = probe_settings_model(Settings.from_environ(os.environ, overrides={"T4SERVE_MODEL": model}))
             ceiling = decode_ceiling(facts, gpu)
         except T4ServeError as exc:
             notes.append(f"{model}: no roofline ceiling: {exc.what} ({exc.found})")

@@ -12,21 +12,15 @@ import os
 
 import click
 
-from t4serve.checkpoint import probe_model
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.pipeline import probe_settings_model
 from t4serve.roofline import roofline
 from t4serve.serde import to_dict
+from t4serve.settings import Settings
 
 GB = 1e9
-
-
-def _hf_home(env: dict[str, str]) -> str:
-    if env.get("HF_HOME"):
-        return env["HF_HOME"]
-    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "huggingface")
 
 
 @click.command("roofline")
@@ -38,12 +32,11 @@ def _hf_home(env: dict[str, str]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def command(model: str | None, gpu_key: str, context: int, as_json: bool) -> int:
     """Bytes read per decode token (from safetensors headers) and the bandwidth ceiling in tokens/s."""
-    env = dict(os.environ)
-    requested = model or env.get("T4SERVE_MODEL") or "qat"
-    offline = env.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
-    facts = probe_model(requested, hf_home=_hf_home(env), offline=offline)
+    # MODEL, HF_HOME and HF_HUB_OFFLINE mean here what they mean to `serve`: parsed by the one settings table.
+    settings = Settings.from_environ(os.environ, overrides={"T4SERVE_MODEL": model} if model else None)
+    facts = probe_settings_model(settings)
     if facts.source == "invalid":
-        raise ConfigError(f"cannot read the checkpoint {requested}", found=facts.error,
+        raise ConfigError(f"cannot read the checkpoint {settings.model.requested}", found=facts.error,
                           required="config.json and readable safetensors headers",
                           fix="re-download the checkpoint or point MODEL at a complete directory")
     gpu = known_gpu(gpu_key)

@@ -266,6 +266,11 @@ def scan_image_tar(stream: IO[bytes], needles: Iterable[bytes]) -> list[str]:
                     assert content is not None
                     if any(pattern.search(chunk) for chunk in _chunks(content, overlap)):
                         findings.append(f"{layer.name}: {name} (holds the CA bundle's private certificate)")
+    # tarfile stops at the first zero block of the end-of-archive marker and leaves what follows unread (the rest
+    # of the marker, any record padding). Read to EOF: closing the pipe while `docker save` still writes kills it
+    # with SIGPIPE (exit -13), which is how CI saw this test fail.
+    while stream.read(1 << 20):
+        pass
     return findings
 
 
@@ -303,10 +308,12 @@ def test_layer_scanner_finds_a_planted_certificate() -> None:
     needles = secret_needles(data, public_certificates())
     if not needles:
         pytest.skip(f"{bundle} holds only public certificates: nothing secret to find")
-    findings = scan_image_tar(
-        _fake_save({"opt/x/cacert.pem": b"junk" * 5000 + data, "run/secrets/pip_ca": b"", "etc/ok": b"x" * 200}),
-        needles,
-    )
+    saved = _fake_save({"opt/x/cacert.pem": b"junk" * 5000 + data, "run/secrets/pip_ca": b"", "etc/ok": b"x" * 200})
+    saved.seek(0, io.SEEK_END)
+    saved.write(bytes(20 * 512))  # record padding after the end-of-archive marker, as `docker save` writes it
+    saved.seek(0)
+    findings = scan_image_tar(saved, needles)
+    assert saved.read() == b"", "the scanner must read the stream to EOF, or `docker save` dies of SIGPIPE"
     assert any("opt/x/cacert.pem" in f and "private" in f for f in findings), findings
     assert any("run/secrets/pip_ca" in f for f in findings), findings
     assert not any("etc/ok" in f for f in findings)

@@ -539,8 +539,12 @@ class Settings:
         *,
         overrides: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        override_labels: Mapping[str, str] | None = None,
     ) -> Settings:
         """Parse the table from `environ` (default os.environ), with `overrides` (command-line flags) on top.
+
+        `override_labels` names how an override was given when that is not the variable's own option, for messages
+        (e.g. {"T4SERVE_MODEL": "the MODEL argument"}).
 
         An empty value counts as unset, so `T4SERVE_MAX_MODEL_LEN=` in a compose file means the default.
         Every bad value is reported, in one ConfigError.
@@ -566,7 +570,8 @@ class Settings:
             try:
                 values[var.field] = var.parse(raw, ctx)
             except _Invalid as exc:
-                errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix))
+                label = (override_labels or {}).get(var.name)
+                errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix, label))
         if errors:
             raise _combine(errors)
         return cls._finish(values, origins)
@@ -655,9 +660,14 @@ class Settings:
         }
 
 
-def _error(var: Variable, raw: str, origin: str, reason: str, example: str, fix: str | None = None) -> ConfigError:
+def _error(
+    var: Variable, raw: str, origin: str, reason: str, example: str, fix: str | None = None, label: str | None = None
+) -> ConfigError:
     shown = REDACTED if var.secret else raw
-    where = f" (from {var.option})" if origin == "flag" and var.option else ""
+    given_as = label or var.option
+    where = f" (from {given_as})" if origin == "flag" and given_as else ""
+    if fix is None and origin == "flag" and label:
+        fix = f"give {label} as e.g. {example}, or leave it out for {var.name} or the default ({var.default_doc})"
     default = f", or unset it for the default ({var.default_doc})" if not var.secret else ""
     return ConfigError(
         f"{var.name}={shown}{where}: {reason}, e.g. {example}",

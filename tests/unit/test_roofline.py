@@ -78,3 +78,20 @@ def test_decode_ceiling_is_the_roofline_at_the_known_gpus_bandwidth(tmp_path: Pa
     # FACTS.md: 4.56 GB read per token without the dropped K/V weights -> about 60.7 tok/s at 277 GB/s.
     assert 60.0 < ceiling.value < 61.5
     assert "277.0 GB/s measured" in ceiling.how
+
+
+def test_a_bad_model_argument_is_named_as_the_argument_not_a_flag(tmp_path: Path) -> None:
+    # MODEL is positional here: the message must not send the user looking for a --model option.
+    with pytest.raises(ConfigError) as err:
+        command.main([str(tmp_path / "absent")], standalone_mode=False)
+    text = str(err.value) + (err.value.fix or "")
+    assert "(from the MODEL argument)" in text and "--model" not in text
+    assert "give the MODEL argument as e.g." in (err.value.fix or "")
+
+
+def test_a_bad_model_variable_is_named_as_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("T4SERVE_MODEL", str(tmp_path / "absent"))
+    with pytest.raises(ConfigError) as err:
+        command.main([], standalone_mode=False)
+    assert "from the MODEL argument" not in str(err.value)
+    assert (err.value.fix or "").startswith("set T4SERVE_MODEL=")

@@ -30,6 +30,15 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("T4SERVE_STATE_DIR") or VARIABLES_BY_NAME["T4SERVE_STATE_DIR"].default or "")
 
 
+# The one --state-dir option of the commands that read the server's state (healthcheck, status).
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
+)
+
+
 def fmt_duration(seconds: float) -> str:
     seconds = max(0.0, seconds)
     if seconds < 60:
@@ -114,12 +123,7 @@ def check(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None =
 
 
 @click.command("healthcheck")
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
-)
+@state_dir_option
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=PROBE_TIMEOUT_S, show_default=True)
 def command(state_dir: Path | None, timeout: float) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""

@@ -33,7 +33,11 @@ GB = 1e9
 def command(model: str | None, gpu_key: str, context: int, as_json: bool) -> int:
     """Bytes read per decode token (from safetensors headers) and the bandwidth ceiling in tokens/s."""
     # MODEL, HF_HOME and HF_HUB_OFFLINE mean here what they mean to `serve`: parsed by the one settings table.
-    settings = Settings.from_environ(os.environ, overrides={"T4SERVE_MODEL": model} if model else None)
+    settings = Settings.from_environ(
+        os.environ,
+        overrides={"T4SERVE_MODEL": model} if model else None,
+        override_labels={"T4SERVE_MODEL": "the MODEL argument"},
+    )
     facts = probe_settings_model(settings)
     if facts.source == "invalid":
         raise ConfigError(f"cannot read the checkpoint {settings.model.requested}", found=facts.error,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from t4serve.commands.healthcheck import default_state_dir, fmt_duration, time_to_ready
+from t4serve.commands.healthcheck import default_state_dir, fmt_duration, state_dir_option, time_to_ready
 from t4serve.serde import to_dict
 from t4serve.supervise.logwatch import compare, format_comparison
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
@@ -64,12 +64,7 @@ def render_status(state: ServeState, now: float) -> str:
 
 
 @click.command("status")
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
-)
+@state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the state file as JSON.")
 def command(state_dir: Path | None, as_json: bool) -> int:
     """Print the server's phase, figures vs the plan's predictions, and time-to-ready."""

@@ -18,7 +18,7 @@ from t4serve.facts import Facts, GpuDevice, ModelFacts
 from t4serve.gpus import match_known_gpu
 from t4serve.patch.clamp import MIN_CLAMPED_HEAD, UNCLAMPED_TILE, padded_head_size, tile_shared_memory
 from t4serve.serde import to_dict
-from t4serve.settings import Settings
+from t4serve.settings import KV_PROFILE, Settings
 from t4serve.sizing import Sizing, SizingInputs, size
 
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
@@ -222,7 +222,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     argv += ["--gpu-memory-utilization", _float(settings.gpu_memory_utilization)]
     max_model_len = int(sizing.max_model_len.value) if sizing else settings.max_model_len
     max_num_seqs = int(sizing.max_num_seqs.value) if sizing else settings.max_num_seqs
-    kv_bytes: int | None = settings.kv_cache_memory_bytes
+    kv_bytes = kv_size if isinstance(kv_size := settings.kv_cache_memory_bytes, int) else None
     if sizing is not None:
         kv_bytes = int(sizing.kv_cache_memory_bytes.value) if sizing.kv_cache_memory_bytes is not None else None
     if max_model_len is not None:
@@ -284,8 +284,9 @@ def _size(settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str) -
         dtype_bytes=DTYPE_BYTES.get(dtype, 2),
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
-        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=kv_size if isinstance(kv_size := settings.kv_cache_memory_bytes, int) else None,
         host=facts.host,
+        kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
     )
     try:
         return size(inputs), None

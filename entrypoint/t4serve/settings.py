@@ -218,13 +218,21 @@ def parse_size(raw: str) -> int:
     return int(value)
 
 
-def _auto_or_size(raw: str, ctx: _Context) -> int | None:
-    if raw.strip().lower() == "auto":
+KV_PROFILE = "profile"
+
+
+def _kv_cache_size(raw: str, ctx: _Context) -> int | str | None:
+    value = raw.strip().lower()
+    if value == "auto":
         return None
+    if value == KV_PROFILE:
+        return KV_PROFILE
     try:
         return parse_size(raw)
     except ValueError:
-        raise _Invalid('must be "auto" or a size in bytes (units B, KiB, MiB, GiB, KB, MB, GB)', "2.5GiB") from None
+        raise _Invalid(
+            'must be "auto", "profile" or a size in bytes (units B, KiB, MiB, GiB, KB, MB, GB)', "2.5GiB"
+        ) from None
 
 
 def _choice(options: tuple[str, ...], synonyms: Mapping[str, str] | None = None) -> Callable[[str, _Context], str]:
@@ -433,8 +441,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "T4SERVE_KV_CACHE_MEMORY_BYTES", "kv_cache_memory_bytes", None, "auto",
         "KV cache size (e.g. `2.5GiB`); `auto`: the predicted pool in whole blocks, so vLLM's KV figures are "
-        "known in advance. When set, vLLM skips memory profiling.",
-        _auto_or_size, "2.5GiB", "--kv-cache-memory-bytes",
+        "known in advance (vLLM skips its memory measurement); `profile`: no `--kv-cache-memory-bytes`, vLLM sizes the "
+        "pool from its profile run and T4SERVE_GPU_MEMORY_UTILIZATION (safer where the prediction may be off).",
+        _kv_cache_size, "2.5GiB", "--kv-cache-memory-bytes",
     ),
     Variable(
         "T4SERVE_DTYPE", "dtype", "auto", "auto",
@@ -513,7 +522,7 @@ class Settings:
     max_model_len: int | None
     max_num_seqs: int | None
     gpu_memory_utilization: float
-    kv_cache_memory_bytes: int | None
+    kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
     preflight: str
     vllm_args: tuple[str, ...]

@@ -44,6 +44,8 @@ class SizingInputs:
     max_num_seqs: int | None
     kv_cache_memory_bytes: int | None
     host: HostFacts | None
+    # T4SERVE_KV_CACHE_MEMORY_BYTES=profile: pass no --kv-cache-memory-bytes, vLLM measures the pool at start.
+    kv_profile: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,13 @@ def size(inputs: SizingInputs) -> Sizing:
     kv_bytes: Derived | None
     if inputs.kv_cache_memory_bytes is not None:
         kv_bytes = pool_d
+    elif inputs.kv_profile:
+        kv_bytes = None
+        pool_d = Derived(pool, "B", pool_d.how + "; a prediction only: vLLM profiles and sizes the pool itself")
+        notes.append(
+            "T4SERVE_KV_CACHE_MEMORY_BYTES=profile: vLLM measures the KV pool at start, so the KV figures here are "
+            "predictions to compare with its log"
+        )
     else:
         whole = pool // lay.bytes_per_block * lay.bytes_per_block
         kv_bytes = Derived(whole, "B", f"predicted pool rounded down to whole {lay.bytes_per_block:,}-B blocks: vLLM "

@@ -159,3 +159,16 @@ def test_attention_backend_forms() -> None:
     assert attention_backend(("--attention-backend=FLEX_ATTENTION",)) == "FLEX_ATTENTION"
     assert attention_backend(("--attention_backend", "TRITON_ATTN")) == "TRITON_ATTN"
     assert attention_backend(("--enforce-eager",)) is None
+
+
+def test_kv_cache_profile_leaves_the_pool_to_vllm_and_keeps_the_prediction() -> None:
+    auto = plan_for(t4())
+    p = plan_for(t4(), T4SERVE_KV_CACHE_MEMORY_BYTES="profile")
+    assert "--kv-cache-memory-bytes" in auto.argv and "--kv-cache-memory-bytes" not in p.argv
+    assert flag(p.argv, "--gpu-memory-utilization") == "0.9"
+    assert p.sizing is not None and p.sizing.kv_cache_memory_bytes is None
+    # The same prediction, shown as one: seqs and length are still chosen from it.
+    assert auto.sizing is not None
+    assert p.sizing.max_num_seqs.value == auto.sizing.max_num_seqs.value
+    assert "vLLM profiles" in p.sizing.kv_pool_bytes.how
+    assert any("profile" in n for n in p.sizing.notes)

@@ -76,8 +76,9 @@ _RULES: tuple[_Rule, ...] = (
             r"|No available memory for the cache blocks|larger than the available KV cache memory"
         ),
         "the GPU ran out of memory (weights + KV cache + CUDA graphs did not fit)",
-        "lower T4SERVE_MAX_MODEL_LEN or T4SERVE_MAX_NUM_SEQS, use the QAT checkpoint (T4SERVE_MODEL=qat), "
-        "and check that nothing else holds GPU memory (`nvidia-smi`)",
+        "lower T4SERVE_MAX_MODEL_LEN or T4SERVE_MAX_NUM_SEQS; if t4serve set the KV cache size (the default), "
+        "T4SERVE_KV_CACHE_MEMORY_BYTES=profile lets vLLM measure what fits; use the QAT checkpoint "
+        "(T4SERVE_MODEL=qat), and check that nothing else holds GPU memory (`nvidia-smi`)",
     ),
     _Rule(
         "shm_too_small",

@@ -1,10 +1,12 @@
 """Writes Gemma 4 E2B test checkpoints: the real config.json and safetensors headers, with sparse (free) data.
 
 `write_checkpoint(dir, kind="bf16"|"qat")` writes config.json plus safetensors files whose headers carry the tensor
-names and shapes of google/gemma-4-E2B-it (bf16) or its compressed-tensors W4A16 build. Names and shapes were derived
-by instantiating transformers' Gemma4ForConditionalGeneration on the meta device with E2B_CONFIG (see
-tests/oracle/checkpoint_names.py, which re-checks them), plus the k_proj/v_proj/k_norm tensors that the published
-checkpoints still ship for KV-shared layers and that vLLM 0.33 drops (`_gemma4_layer_weights_mapper`).
+names and shapes of google/gemma-4-E2B-it (bf16) or its compressed-tensors W4A16 build. Names, shapes and dtypes are
+what transformers would save for Gemma4ForConditionalGeneration built from E2B_CONFIG, and for QAT what
+compressed-tensors writes once QAT_QUANTIZATION_CONFIG is applied (tests/oracle/checkpoint_names.py derives both on the
+meta device in the image; tests/image/test_checkpoint_names.py compares), plus the k_proj/v_proj/k_norm tensors that
+the published checkpoints still ship for KV-shared layers, which transformers ignores on load and vLLM 0.33 drops
+(`_gemma4_layer_weights_mapper`).
 With sparse=True the data region is a hole (header, then truncate to full size): a 10 GB checkpoint costs no disk.
 """
 

@@ -1,0 +1,322 @@
+"""The KV cache figures vLLM itself computes for a checkpoint on a Tesla T4, run on a machine without a GPU.
+
+What is vLLM's own code: the engine config (`EngineArgs.create_engine_config`: dtype, block size, the Triton backend
+Gemma 4 forces, max_num_batched_tokens, async scheduling), the model (`initialize_model` builds the real model class
+with its real `Attention` layers, KV sharing included, on the meta device), the per-layer specs
+(`GPUModelRunner.get_kv_cache_spec`), the layout (`resolve_kv_cache_layout`), and everything after: grouping and page
+unification (`get_global_kv_cache_groups`), blocks (`get_kv_cache_configs`, which also refuses a pool that cannot
+hold one max-length request), the scheduler's config and `update_kv_cache_capacity`, whose log line is captured.
+What the oracle supplies itself: a stand-in CUDA platform describing a T4 (capability 7.5, 15,360 MiB), the pool
+size (given, as `--kv-cache-memory-bytes` does, instead of profiled), and placeholders for the compiled kernels that
+cannot load without libcuda (each stub below says why). It re-traces two steps of EngineCore._initialize_kv_caches
+in its own lines (the calls in order, the scheduler's block size) and evaluates per group the expression vLLM's
+`get_max_concurrency_for_kv_cache_config` sums, to show each group's share. It never states an expected figure.
+
+    python tests/oracle/kv_oracle.py --e2b bf16 --max-model-len 16384 --pool 3040935936   # JSON on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# The oracle must never touch a GPU, and vllm.triton_utils needs the variable empty (not unset) to stay quiet.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# vLLM logs to stdout by default; stdout carries the JSON.
+os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"
+
+T4_CAPABILITY = (7, 5)
+T4_NAME = "Tesla T4"
+T4_MEMORY_BYTES = 15360 * 1024**2  # FACTS.md: 15360 MiB
+GRID_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar")
+
+
+def stub_cuda_extensions() -> None:
+    """Stand-ins for vLLM's compiled CUDA extensions, which link libcuda.so.1 and cannot load on a GPU-less machine.
+
+    Stub 1: `vllm._C_stable_libtorch` and `vllm._moe_C_stable_libtorch` (imported by vllm/platforms/cuda.py only to
+    register kernels) become empty modules. Stub 2: `vllm.vllm_flash_attn` (imported by the FlashAttention helpers;
+    FlashAttention needs capability 8.0, so a T4 never runs it) becomes a module whose functions raise. Stub 3
+    (`answer_capability_probes`): the cutlass capability probes that vLLM calls at import time answer False, the
+    truth on a T4 (fp8 and block-fp8 cutlass need 8.9 / 9.0). No KV figure passes through any of them.
+    """
+    for name in ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch"):
+        sys.modules[name] = types.ModuleType(name)
+    flash = types.ModuleType("vllm.vllm_flash_attn")
+
+    def no_flash_attention(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kv_oracle: FlashAttention kernels are not loaded (no GPU)")
+
+    for name in (
+        "compile_flash_attn_varlen_func_from_specs",
+        "fa_version_unsupported_reason",
+        "flash_attn_varlen_func",
+        "get_scheduler_metadata",
+        "is_fa_version_supported",
+    ):
+        setattr(flash, name, no_flash_attention)
+    sys.modules["vllm.vllm_flash_attn"] = flash
+
+
+def answer_capability_probes() -> None:
+    """Stub 3 (after the platform is in place, since vllm._custom_ops reads it on import)."""
+    import vllm._custom_ops as ops
+
+    for probe in (
+        "cutlass_scaled_mm_supports_fp8",
+        "cutlass_scaled_mm_supports_block_fp8",
+        "cutlass_group_gemm_supported",
+        "cutlass_scaled_mm_supports_fp4",
+    ):
+        setattr(ops, probe, lambda *args, **kwargs: False)
+
+
+def install_t4_platform() -> None:
+    """vLLM's CUDA platform with the device queries answered for a T4 instead of by NVML or the CUDA runtime.
+
+    Without a GPU vLLM resolves `UnspecifiedPlatform`; the planner and the backend selector need the CUDA platform,
+    and the only things it would ask the device are its capability, name and memory (this memory sets vLLM's
+    default max_num_batched_tokens).
+    """
+    import vllm.platforms
+    from vllm.platforms.cuda import NonNvmlCudaPlatform
+    from vllm.platforms.interface import DeviceCapability
+
+    class T4Platform(NonNvmlCudaPlatform):  # type: ignore[misc]  # vLLM is untyped to mypy here
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(*T4_CAPABILITY)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return T4_NAME
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return T4_MEMORY_BYTES
+
+    vllm.platforms.current_platform = T4Platform()
+
+
+@contextlib.contextmanager
+def kernel_placeholders() -> Iterator[None]:
+    """Stub 4, only while the model is built: layers look their kernels up in `torch.ops._C` at construction (for
+    example `GeluAndMul` keeps `torch.ops._C.gelu_tanh_and_mul`); with the extension not loaded the lookup fails. A
+    missing op becomes a placeholder that raises if called; building the model on the meta device calls none."""
+    import torch._ops
+
+    original = torch._ops._OpNamespace.__getattr__
+
+    class MissingKernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __call__(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError(f"kv_oracle: kernel {self.name} is not loaded (no GPU)")
+
+        def __getattr__(self, attr: str) -> MissingKernel:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return MissingKernel(f"{self.name}.{attr}")
+
+    def lookup(namespace: Any, name: str) -> Any:
+        try:
+            return original(namespace, name)
+        except AttributeError:
+            if namespace.name in GRID_NAMESPACES and not name.startswith("__"):
+                return MissingKernel(f"torch.ops.{namespace.name}.{name}")
+            raise
+
+    torch._ops._OpNamespace.__getattr__ = lookup
+    try:
+        yield
+    finally:
+        torch._ops._OpNamespace.__getattr__ = original
+
+
+class LogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spec_json(spec: Any) -> dict[str, Any]:
+    return {
+        "type": type(spec).__name__,
+        "block_size": spec.block_size,
+        "page_size_bytes": spec.page_size_bytes,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_size": spec.head_size,
+        "head_size_v": spec.head_size_v,
+        "dtype": str(spec.dtype).removeprefix("torch."),
+        "sliding_window": getattr(spec, "sliding_window", None),
+    }
+
+
+def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[int]) -> dict[str, Any]:
+    """One engine config and model for `max_model_len`, then vLLM's planner for each pool."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.model_executor.models.utils import extract_layer_index
+    from vllm.utils.math_utils import cdiv
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block, get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, update_kv_cache_capacity
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    # load_format dummy: no weights are read; the layers are built on the meta device.
+    args = EngineArgs(model=model, dtype=dtype, max_model_len=max_model_len, load_format="dummy")
+    config = args.create_engine_config()
+    with set_current_vllm_config(config):
+        if not model_parallel_is_initialized():
+            # A one-process gloo group: the parallel linear layers ask their tensor-parallel rank and size.
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                backend="gloo",
+                distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
+            )
+            ensure_model_parallel_initialized(1, 1, backend="gloo")
+        with kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype), torch.device("meta"):
+            initialize_model(vllm_config=config)
+        # The model runner's own methods, on a stand-in `self` holding only what they read.
+        runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
+        layer_specs: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
+        shared: dict[str, str] = runner.shared_kv_cache_layers
+        layouts = WorkerBase.get_supported_kv_cache_layouts(runner)
+        layout = resolve_kv_cache_layout(config, [layouts], list(layer_specs.values()))
+        kv_cache_specs = [layer_specs]
+        global_groups = get_global_kv_cache_groups(config, kv_cache_specs)
+        config.adjust_dcp_kv_cache_interleave_size(global_groups)
+
+        layers = []
+        for name in sorted(set(layer_specs) | set(shared), key=extract_layer_index):
+            entry: dict[str, Any] = {"name": name, "layer": extract_layer_index(name)}
+            if name in shared:
+                entry["shares_kv_with"] = shared[name]
+                entry["shares_kv_with_layer"] = extract_layer_index(shared[name])
+            else:
+                entry.update(spec_json(layer_specs[name]))
+            layers.append(entry)
+
+        capture = LogCapture()
+        logging.getLogger("vllm.v1.core.kv_cache_utils").addHandler(capture)
+        results = []
+        for pool in pools:
+            result: dict[str, Any] = {"pool_bytes": pool}
+            try:
+                worker_configs = get_kv_cache_configs(config, kv_cache_specs, [pool], global_groups)
+            except ValueError as exc:  # vLLM's "not enough KV cache memory" refusal
+                result.update(fits=False, error=str(exc).splitlines()[0])
+                results.append(result)
+                continue
+            scheduler = generate_scheduler_kv_cache_config(worker_configs)
+            groups = []
+            for group in scheduler.kv_cache_groups:
+                spec = group.kv_cache_spec
+                groups.append(
+                    {
+                        "layers": [extract_layer_index(n) for n in group.layer_names],
+                        **spec_json(spec),
+                        # The expression `get_max_concurrency_for_kv_cache_config` sums over the groups.
+                        "blocks_per_request": cdiv(spec.max_memory_usage_bytes(config), spec.page_size_bytes),
+                    }
+                )
+            # EngineCore._initialize_kv_caches: the scheduler's block size, then the capacity it logs.
+            config.cache_config.block_size = min(g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups)
+            del capture.lines[:]
+            update_kv_cache_capacity(config, scheduler)
+            result.update(
+                fits=True,
+                num_blocks=scheduler.num_blocks,
+                # The divisor get_kv_cache_configs turned the pool into blocks with.
+                bytes_per_block=_pool_bytes_per_block(config, worker_configs[0].kv_cache_groups),
+                groups=groups,
+                kv_cache_size_tokens=config.cache_config.kv_cache_size_tokens,
+                max_concurrency=config.cache_config.kv_cache_max_concurrency,
+                log=[line for line in capture.lines if "KV cache size" in line],
+            )
+            results.append(result)
+        logging.getLogger("vllm.v1.core.kv_cache_utils").removeHandler(capture)
+
+    return {
+        "max_model_len": config.model_config.max_model_len,
+        "dtype": str(config.model_config.dtype).removeprefix("torch."),
+        "block_size": config.cache_config.block_size,
+        "attention_backend": str(config.attention_config.backend),
+        "kv_cache_layout": layout.name,
+        "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+        "async_scheduling": bool(config.scheduler_config.async_scheduling),
+        "max_in_flight_tokens": config.max_in_flight_tokens,
+        "layers": layers,
+        "pools": results,
+    }
+
+
+def e2b_checkpoint(kind: str, directory: str) -> str:
+    """Gemma 4 E2B's config.json and safetensors headers, written by the unit tests' helper (data left sparse)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+    from e2b_checkpoint import write_checkpoint  # type: ignore[import-not-found]  # found at run time
+
+    write_checkpoint(directory, kind=kind)
+    return directory
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a checkpoint directory (config.json; weights are not read)")
+    source.add_argument("--e2b", choices=("bf16", "qat"), help="write Gemma 4 E2B's test checkpoint and use it")
+    parser.add_argument("--dtype", default="float16", help="vLLM --dtype (float16: what t4serve passes on a T4)")
+    parser.add_argument("--max-model-len", type=int, action="append", required=True)
+    parser.add_argument("--pool", type=int, action="append", required=True, help="KV cache pool in bytes")
+    args = parser.parse_args(argv)
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything vLLM prints stays off the JSON
+    stub_cuda_extensions()
+    install_t4_platform()
+    answer_capability_probes()
+    import vllm
+
+    with tempfile.TemporaryDirectory(prefix="kv-oracle-") as scratch:
+        model = args.model or e2b_checkpoint(args.e2b, scratch)
+        runs = [figures_for_length(model, args.dtype, length, args.pool) for length in args.max_model_len]
+    json.dump(
+        {"vllm_version": vllm.__version__, "platform": f"stand-in {T4_NAME} {T4_CAPABILITY}", "runs": runs},
+        out,
+        indent=1,
+    )
+    out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

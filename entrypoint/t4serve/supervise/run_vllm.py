@@ -149,10 +149,8 @@ class Wrapper:
         if self.stopping.is_set():
             return
         self.stopping.set()
-        now = time.time()
-        with self.lock:
-            self.state = self.state.with_phase("stopping", now)
-            self._save()
+        # Through the tracker, so _on_exit sees a stop (not a death) and later log lines cannot move the phase back.
+        self.tracker.advance("stopping", time.time())
         self.say(
             f"received {signal.Signals(signum).name}; passing SIGTERM to vLLM, which drains in-flight requests for up "
             f"to {self.spec.shutdown_timeout} s"
@@ -231,6 +229,8 @@ class Wrapper:
             self.tracker.advance("failed", time.time())
             self.say(f"could not start {self.spec.argv[0]!r}: {exc}")
             return 127
+        if self.stopping.is_set():  # the stop came while there was no child to pass it to
+            self.child.send_signal(signal.SIGTERM)
         ticker = threading.Thread(target=self._ticker, name="t4serve-ticker", daemon=True)
         ticker.start()
         assert self.child.stdout is not None

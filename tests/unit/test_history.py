@@ -58,3 +58,38 @@ def test_remaining_counts_the_rest_of_this_phase_and_later_ones() -> None:
 def test_phase_durations_sum_repeated_phases() -> None:
     marks = [("starting", 0.0), ("loading_weights", 2.0), ("downloading", 3.0), ("loading_weights", 10.0)]
     assert history.phase_durations(marks, 15.0) == {"starting": 2.0, "loading_weights": 6.0, "downloading": 7.0}
+
+
+def test_concurrent_appends_from_several_servers_keep_every_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The servers of a multi-GPU host share the cache volume. A pause between reading and rewriting the history
+    # makes the race certain: without the lock, writers overwrite each other's records.
+    import multiprocessing
+    import time
+
+    real_load = history.load
+
+    def slow_load(cache_dir: Path) -> tuple[list[StartRecord], str | None]:
+        out = real_load(cache_dir)
+        time.sleep(0.02)
+        return out
+
+    monkeypatch.setattr(history, "load", slow_load)
+
+    def writer(n: int) -> None:
+        for i in range(10):
+            history.append(tmp_path, StartRecord(f"m{n}", "Tesla T4", float(i), 1.0))
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=writer, args=(n,)) for n in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    records, problem = real_load(tmp_path)
+    assert problem is None
+    assert sorted((r.model, r.finished_at) for r in records) == sorted(
+        (f"m{n}", float(i)) for n in range(4) for i in range(10)
+    )

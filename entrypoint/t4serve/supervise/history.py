@@ -1,12 +1,14 @@
 """Durations of past starts, kept in the cache volume, and the time-to-ready estimate drawn from them.
 
-`append(cache_dir, record)` adds one finished start (atomic rewrite, newest `MAX_RECORDS` kept);
+`append(cache_dir, record)` adds one finished start (atomic rewrite, newest `MAX_RECORDS` kept, under a lock: the
+servers of a multi-GPU host share the cache volume and may finish starting at the same moment);
 `estimate(records, model, gpu)` takes the median of matching starts, per phase and in total; `remaining()` turns
 that into seconds left from the current phase. A missing or unreadable history only means "no estimate".
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from t4serve.serde import from_dict, to_dict
 from t4serve.supervise.state import LOADING_PHASES
 
 HISTORY_FILE = "start-history.json"
+LOCK_FILE = "start-history.lock"
 MAX_RECORDS = 50
 
 
@@ -63,9 +66,13 @@ def load(cache_dir: Path) -> tuple[list[StartRecord], str | None]:
 
 
 def append(cache_dir: Path, record: StartRecord) -> None:
-    records, _ = load(cache_dir)
-    kept = [*records, record][-MAX_RECORDS:]
-    write_atomic(cache_dir / HISTORY_FILE, json.dumps(to_dict(kept), indent=1) + "\n")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Read-modify-write under an exclusive lock, so two servers finishing together do not drop each other's record.
+    with open(cache_dir / LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records, _ = load(cache_dir)
+        kept = [*records, record][-MAX_RECORDS:]
+        write_atomic(cache_dir / HISTORY_FILE, json.dumps(to_dict(kept), indent=1) + "\n")
 
 
 def estimate(records: list[StartRecord], model: str, gpu_name: str | None) -> Estimate | None:

@@ -27,7 +27,7 @@ MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
 
 NO_GPU_FIX = (
     "start the container with a GPU: `docker run --gpus all ...`, or in compose.yaml "
-    "`deploy.resources.reservations.devices: [{driver: nvidia, count: 1, capabilities: [gpu]}]`; "
+    "`deploy.resources.reservations.devices: [{driver: nvidia, device_ids: ['0'], capabilities: [gpu]}]`; "
     'if Docker answers `could not select device driver "nvidia"`, install the NVIDIA Container Toolkit on the host '
     "and run `sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`"
 )

@@ -39,6 +39,25 @@ def test_compose_config_validates(tmp_path: Path) -> None:
     assert "deploy:" not in derived and "driver: nvidia" not in derived and "shm_size" in derived
 
 
+def test_compose_config_for_one_gpu_of_several(tmp_path: Path) -> None:
+    """README's multi-GPU recipe: per project, T4SERVE_GPU picks the device and the publish ports move; the cache
+    volumes keep one name across projects, so the servers share one download."""
+    env = {"PATH": "/usr/bin:/bin", "T4SERVE_GPU": "2", "T4SERVE_PUBLISH_PORT": "8002",
+           "T4SERVE_TELEMETRY_PUBLISH_PORT": "9402"}  # fmt: skip
+    outs = []
+    for project, project_env in (("t4serve-gpu0", {"PATH": "/usr/bin:/bin"}), ("t4serve-gpu2", env)):
+        out = subprocess.run([COMPOSE, "-p", project, "-f", "compose.yaml", "config"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60, env=project_env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        outs.append(out.stdout)
+    default, second = outs
+    assert re.search(r"device_ids:\n\s*- '0'", default) and re.search(r"device_ids:\n\s*- '2'", second)
+    assert "127.0.0.1:8002:8000" in second and "127.0.0.1:9402:9400" in second
+    for text in outs:
+        for volume in ("t4serve-hf-cache", "t4serve-compile-cache", "t4serve-cache"):
+            assert f"name: {volume}" in text, volume
+
+
 def test_compose_up_without_gpu_fails_with_preflight_message(tmp_path: Path, docker_bin: str, image_ref: str) -> None:
     compose_file = tmp_path / "compose.nogpu.yaml"
     compose_file.write_text(without_gpu((REPO / "compose.yaml").read_text()))
@@ -47,8 +66,10 @@ def test_compose_up_without_gpu_fails_with_preflight_message(tmp_path: Path, doc
     token.chmod(0o644)
     project = f"t4stest{uuid.uuid4().hex[:6]}"
     # Port 0: Docker picks free host ports, so the test never collides with a server already on 8000/9400.
+    # The volume prefix keeps this project's volumes apart from a real server's, so `down -v` drops only its own.
     env = {"PATH": "/usr/bin:/bin", "T4SERVE_IMAGE": image_ref, "HF_TOKEN_SECRET_FILE": str(token),
-           "T4SERVE_PUBLISH_PORT": "0", "T4SERVE_TELEMETRY_PUBLISH_PORT": "0"}  # fmt: skip
+           "T4SERVE_PUBLISH_PORT": "0", "T4SERVE_TELEMETRY_PUBLISH_PORT": "0",
+           "T4SERVE_VOLUME_PREFIX": project}  # fmt: skip
     base = [COMPOSE, "-p", project, "--project-directory", str(REPO), "-f", str(compose_file)]
     try:
         up = subprocess.run([*base, "up", "--no-build", "--exit-code-from", "t4serve"], capture_output=True,

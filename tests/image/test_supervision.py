@@ -52,7 +52,8 @@ def start(docker_bin: str, standin: str) -> Iterator[Start]:
 
     yield run
     for name in names:
-        subprocess.run([docker_bin, "rm", "-f", name], capture_output=True, timeout=60)
+        # -v: the image declares VOLUME /cache, and without it every test container would leave an anonymous volume.
+        subprocess.run([docker_bin, "rm", "-f", "-v", name], capture_output=True, timeout=60)
 
 
 def dexec(docker: str, name: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -49,9 +49,13 @@ CONTROLLED_FLAGS: dict[str, str] = {
     "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
     "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
     "--download-dir": "HF_HOME",
-    # On the command line the token would show in `ps` and in the plan: it only travels in the child's environment.
+    # Secrets (SECRET_FLAGS): each travels only in the vLLM process's environment, never on its command line.
     "--hf-token": "HF_TOKEN or HF_TOKEN_FILE",
+    "--api-key": "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY",
 }
+# On a command line a secret would show in `ps`, in /proc/PID/cmdline and in t4serve's plan; refusing one also keeps
+# its value out of the refusal's own message.
+SECRET_FLAGS = ("--hf-token", "--api-key")
 # Flags t4serve fixes with no variable: why each is fixed is part of the error.
 FIXED_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "t4serve sets --kv-cache-dtype auto: its KV cache sizing assumes the model dtype",
@@ -128,12 +132,14 @@ class ModelChoice:
 class _Invalid(Exception):
     """Raised by a parser: `reason` completes "NAME=VALUE: must be ...", `example` is a value that would work."""
 
-    def __init__(self, reason: str, example: str, fix: str | None = None) -> None:
+    def __init__(self, reason: str, example: str, fix: str | None = None, shown: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.example = example
         # Replaces the generic "set NAME=example" where a better fix is known.
         self.fix = fix
+        # Replaces the raw value in the message where it holds a secret.
+        self.shown = shown
 
 
 @dataclass(frozen=True)
@@ -328,8 +334,22 @@ def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
             flag = arg.split("=", 1)[0]
             use = next((v for f, v in CONTROLLED_FLAGS.items() if _names_flag(_canonical_flag(flag), f)), None)
             fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
-            raise _Invalid(problem, "--enforce-eager", fix)
+            secret = any(_names_flag(_canonical_flag(flag), f) for f in SECRET_FLAGS)
+            raise _Invalid(problem, "--enforce-eager", fix, shown=_flags_only(args) if secret else None)
     return tuple(args)
+
+
+def _flags_only(args: list[str]) -> str:
+    """`args` with every value redacted (`--api-key <redacted>`, `--api-key=<redacted>`): which value is the secret
+    depends on vLLM's parser, so none is shown."""
+    shown = []
+    for arg in args:
+        if arg.startswith("-"):
+            flag, eq, _value = arg.partition("=")
+            shown.append(flag + (f"={REDACTED}" if eq else ""))
+        else:
+            shown.append(REDACTED)
+    return " ".join(shown)
 
 
 def vllm_flag_conflict(arg: str) -> str | None:
@@ -349,6 +369,11 @@ def vllm_flag_conflict(arg: str) -> str | None:
                 return f"must not contain {name}: {why}"
         return None
     for flag, variable in CONTROLLED_FLAGS.items():
+        if _names_flag(name, flag) and flag in SECRET_FLAGS:
+            return (
+                f"must not contain {name}: on a command line the secret would show in `ps` and in t4serve's plan; "
+                f"use {variable} instead (it reaches vLLM through its environment only)"
+            )
         if _names_flag(name, flag):
             return f"must not contain {name}: t4serve sets {flag} itself; use {variable} instead"
     for flag, why in FIXED_FLAGS.items():
@@ -371,33 +396,77 @@ def _log_level(raw: str, ctx: _Context) -> str:
     return _choice(LOG_LEVELS, {"warn": "warning"})(raw, ctx)
 
 
-def _token(raw: str, ctx: _Context) -> Secret:
-    value = raw.strip()
-    if any(c.isspace() for c in value):
-        raise _Invalid("must be one token without whitespace", "hf_... (from https://huggingface.co/settings/tokens)")
-    return Secret(value, "HF_TOKEN")
+def _secret(name: str, what: str, example: str, printable_ascii: bool = False) -> Callable[[str, _Context], Secret]:
+    """The parser of a secret given in the environment (HF_TOKEN, T4SERVE_API_KEY): one word, kept as a Secret."""
+
+    def parse(raw: str, ctx: _Context) -> Secret:
+        value = raw.strip()
+        problem = _secret_problem(value, what, printable_ascii)
+        if problem:
+            raise _Invalid(f"must be {problem}", example)
+        return Secret(value, name)
+
+    return parse
 
 
-def _token_file(raw: str, ctx: _Context) -> Secret:
-    path = Path(_path(raw, ctx))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _Invalid(f"must name an existing file ({path} does not exist)", "/run/secrets/hf_token") from None
-    except IsADirectoryError:
-        raise _Invalid(f"must name a file ({path} is a directory)", "/run/secrets/hf_token") from None
-    except PermissionError:
-        raise _Invalid(
-            f"must name a file readable by uid {os.getuid()} ({path} is not readable)", "/run/secrets/hf_token"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _Invalid(f"must name a readable UTF-8 file ({type(exc).__name__})", "/run/secrets/hf_token") from None
-    value = text.strip()
-    if not value:
-        raise _Invalid(f"must name a file holding the token ({path} is empty)", "/run/secrets/hf_token")
+def _secret_problem(value: str, what: str, printable_ascii: bool) -> str | None:
     if any(c.isspace() for c in value):
-        raise _Invalid(f"must name a file holding one token ({path} holds whitespace inside)", "/run/secrets/hf_token")
-    return Secret(value, f"HF_TOKEN_FILE={path}")
+        return f"one {what} without whitespace"
+    # An HTTP header carries the key: only visible ASCII survives every client unchanged.
+    if printable_ascii and not all("!" <= c <= "~" for c in value):
+        return f"one {what} of printable ASCII characters"
+    return None
+
+
+def _secret_file(
+    name: str, what: str, example: str, printable_ascii: bool = False
+) -> Callable[[str, _Context], Secret]:
+    """The parser of a file holding a secret (HF_TOKEN_FILE, T4SERVE_API_KEY_FILE): a Docker/compose secret file."""
+
+    def parse(raw: str, ctx: _Context) -> Secret:
+        path = Path(_path(raw, ctx))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise _Invalid(f"must name an existing file ({path} does not exist)", example) from None
+        except IsADirectoryError:
+            raise _Invalid(f"must name a file ({path} is a directory)", example) from None
+        except PermissionError:
+            reason = f"must name a file readable by uid {os.getuid()} ({path} is not readable)"
+            raise _Invalid(reason, example) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _Invalid(f"must name a readable UTF-8 file ({type(exc).__name__})", example) from None
+        value = text.strip()
+        if not value:
+            raise _Invalid(f"must name a file holding the {what} ({path} is empty)", example)
+        if any(c.isspace() for c in value):
+            raise _Invalid(f"must name a file holding one {what} ({path} holds whitespace inside)", example)
+        if _secret_problem(value, what, printable_ascii):
+            raise _Invalid(f"must name a file holding one {what} of printable ASCII characters ({path})", example)
+        return Secret(value, f"{name}={path}")
+
+    return parse
+
+
+_token = _secret("HF_TOKEN", "token", "hf_... (from https://huggingface.co/settings/tokens)")
+_token_file = _secret_file("HF_TOKEN_FILE", "token", "/run/secrets/hf_token")
+API_KEY_EXAMPLE = "$(openssl rand -hex 32)"
+_api_key = _secret("T4SERVE_API_KEY", "key", API_KEY_EXAMPLE, printable_ascii=True)
+_api_key_file = _secret_file("T4SERVE_API_KEY_FILE", "key", "/run/secrets/api_key", printable_ascii=True)
+
+
+@dataclass(frozen=True)
+class _SecretPair:
+    """A secret given directly (HF_TOKEN) and its *_FILE variant (HF_TOKEN_FILE): at most one may be set."""
+
+    name: str
+    file_name: str
+    read_file: Callable[[str, _Context], Secret]
+    what: str
+
+
+_API_KEY_PAIR = _SecretPair("T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE", _api_key_file, "key")
+_SECRET_PAIRS = (_SecretPair("HF_TOKEN", "HF_TOKEN_FILE", _token_file, "token"), _API_KEY_PAIR)
 
 
 def _default_hf_home(ctx: _Context) -> str:
@@ -422,6 +491,18 @@ VARIABLES: tuple[Variable, ...] = (
              _host, "0.0.0.0", "--host"),
     Variable("T4SERVE_PORT", "port", "8000", "8000", "Port of the OpenAI-compatible server.",
              _int_in(1, 65535, 8000), "8000", "--port"),
+    Variable(
+        "T4SERVE_API_KEY", "api_key", None, "(none: no key)",
+        "API key clients must send (`Authorization: Bearer KEY`) to /v1/* (/health and /metrics stay open); vLLM "
+        "gets it as VLLM_API_KEY in its environment. Never printed, never on a command line.",
+        _api_key, API_KEY_EXAMPLE, None, secret=True,
+    ),
+    Variable(
+        "T4SERVE_API_KEY_FILE", "api_key_file", None, "(none)",
+        "File holding the API key (a compose/Docker secret; see Exposing the port); setting it and "
+        "T4SERVE_API_KEY both is an error.",
+        _path, "/run/secrets/api_key", "--api-key-file",
+    ),
     Variable(
         "T4SERVE_MAX_MODEL_LEN", "max_model_len", None, "auto",
         "Longest request in tokens (prompt + output); `auto`: 16384 (the published T4 setup), capped by the model "
@@ -519,6 +600,8 @@ class Settings:
     served_model_name: str
     host: str
     port: int
+    api_key: Secret | None
+    api_key_file: str | None
     max_model_len: int | None
     max_num_seqs: int | None
     gpu_memory_utilization: float
@@ -580,7 +663,7 @@ class Settings:
                 values[var.field] = var.parse(raw, ctx)
             except _Invalid as exc:
                 label = (override_labels or {}).get(var.name)
-                errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix, label))
+                errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix, label, exc.shown))
         if errors:
             raise _combine(errors)
         return cls._finish(values, origins)
@@ -588,31 +671,12 @@ class Settings:
     @classmethod
     def _finish(cls, values: dict[str, Any], origins: dict[str, str]) -> Settings:
         errors: list[ConfigError] = []
-        token_file = values.pop("hf_token_file")
-        token_file_secret: Secret | None = None
-        if token_file is not None:
-            try:
-                token_file_secret = _token_file(token_file, _Context({}, Path("/")))
-            except _Invalid as exc:
-                errors.append(
-                    _error(
-                        VARIABLES_BY_NAME["HF_TOKEN_FILE"],
-                        token_file,
-                        origins["HF_TOKEN_FILE"],
-                        exc.reason,
-                        exc.example,
-                        exc.fix,
-                    )
-                )
-        if values["hf_token"] is not None and token_file is not None:
-            errors.append(
-                ConfigError(
-                    "HF_TOKEN and HF_TOKEN_FILE are both set: set only one",
-                    found=f"HF_TOKEN={REDACTED}, HF_TOKEN_FILE={token_file}",
-                    required="at most one of HF_TOKEN, HF_TOKEN_FILE",
-                    fix="unset HF_TOKEN and keep HF_TOKEN_FILE (a secret file keeps the token out of `docker inspect`)",
-                )
-            )
+        for pair in _SECRET_PAIRS:
+            secret_field = VARIABLES_BY_NAME[pair.name].field
+            file_field = VARIABLES_BY_NAME[pair.file_name].field
+            secret, pair_errors = _resolve_pair(pair, values[secret_field], values[file_field], origins)
+            values[secret_field] = secret
+            errors += pair_errors
         if values["telemetry_port"] != 0 and values["telemetry_port"] == values["port"]:
             errors.append(
                 ConfigError(
@@ -627,8 +691,7 @@ class Settings:
         if values["served_model_name"] is None:
             model: ModelChoice = values["model"]
             values["served_model_name"] = model.repo_id or Path(model.target).name
-        values["hf_token"] = values["hf_token"] or token_file_secret
-        return cls(**values, hf_token_file=token_file, origins=origins)
+        return cls(**values, origins=origins)
 
     def value_text(self, var: Variable) -> str:
         """The setting as a user would write it back; secrets redacted."""
@@ -669,10 +732,66 @@ class Settings:
         }
 
 
+def _resolve_pair(
+    pair: _SecretPair, secret: Secret | None, file: str | None, origins: Mapping[str, str]
+) -> tuple[Secret | None, list[ConfigError]]:
+    """The secret a pair gives (read from the file when that is set), or the errors: an unusable file, both set."""
+    errors: list[ConfigError] = []
+    from_file: Secret | None = None
+    if file is not None:
+        try:
+            from_file = pair.read_file(file, _Context({}, Path("/")))
+        except _Invalid as exc:
+            file_var = VARIABLES_BY_NAME[pair.file_name]
+            errors.append(_error(file_var, file, origins.get(pair.file_name, "env"), exc.reason, exc.example, exc.fix))
+    if secret is not None and file is not None:
+        errors.append(
+            ConfigError(
+                f"{pair.name} and {pair.file_name} are both set: set only one",
+                found=f"{pair.name}={REDACTED}, {pair.file_name}={file}",
+                required=f"at most one of {pair.name}, {pair.file_name}",
+                fix=f"unset {pair.name} and keep {pair.file_name} (a secret file keeps the {pair.what} out of "
+                "`docker inspect`)",
+            )
+        )
+    return (None if errors else secret or from_file), errors
+
+
+def api_key_from_environ(environ: Mapping[str, str]) -> Secret | None:
+    """T4SERVE_API_KEY, or the key in T4SERVE_API_KEY_FILE, checked as `Settings` checks them (a ConfigError).
+
+    For the clients of a running server (healthcheck, bench), which need the key and nothing else of the table.
+    """
+    ctx = _Context(environ, Path.cwd())
+    pair = _API_KEY_PAIR
+    raws = {name: environ.get(name, "") for name in (pair.name, pair.file_name)}
+    parsed: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    for name, raw in raws.items():
+        var = VARIABLES_BY_NAME[name]
+        try:
+            parsed[name] = var.parse(raw, ctx) if raw else None
+        except _Invalid as exc:
+            errors.append(_error(var, raw, "env", exc.reason, exc.example, exc.fix))
+    if errors:
+        raise _combine(errors)
+    secret, errors = _resolve_pair(pair, parsed[pair.name], parsed[pair.file_name], {})
+    if errors:
+        raise _combine(errors)
+    return secret
+
+
 def _error(
-    var: Variable, raw: str, origin: str, reason: str, example: str, fix: str | None = None, label: str | None = None
+    var: Variable,
+    raw: str,
+    origin: str,
+    reason: str,
+    example: str,
+    fix: str | None = None,
+    label: str | None = None,
+    shown: str | None = None,
 ) -> ConfigError:
-    shown = REDACTED if var.secret else raw
+    shown = REDACTED if var.secret else raw if shown is None else shown
     given_as = label or var.option
     where = f" (from {given_as})" if origin == "flag" and given_as else ""
     if fix is None and origin == "flag" and label:

@@ -17,6 +17,7 @@ from t4serve.settings import (
     VARIABLES,
     Secret,
     Settings,
+    api_key_from_environ,
     markdown_table,
     parse_size,
     settings_options,
@@ -85,8 +86,8 @@ def test_every_variable_has_a_row_and_a_default_doc() -> None:
         "T4SERVE_CANARY",
     ]:
         assert required in names
-    # The secret has no flag: a token on a command line shows in `ps`.
-    assert [v.option for v in VARIABLES if v.secret] == [None]
+    # The secrets have no flag: a token or key on a command line shows in `ps`.
+    assert [v.option for v in VARIABLES if v.secret] == [None, None]
 
 
 @pytest.mark.parametrize(
@@ -298,6 +299,110 @@ def test_bad_token_value_is_redacted_in_the_error() -> None:
     message = error_for({"HF_TOKEN": "hf_abc def"}).message()
     assert "hf_abc" not in message
     assert message.startswith("HF_TOKEN=<redacted>: must be one token without whitespace")
+
+
+API_KEY = "sk-t4s-SECRETkey-0123456789"
+
+
+def test_api_key_from_env_is_a_secret_shown_nowhere() -> None:
+    s = parse({"T4SERVE_API_KEY": API_KEY})
+    assert isinstance(s.api_key, Secret) and s.api_key.reveal() == API_KEY
+    for text in (repr(s), str(s), f"{s.api_key}", s.summary(), str(s.to_dict())):
+        assert API_KEY not in text
+    assert s.to_dict()["T4SERVE_API_KEY"]["value"] == "<redacted>"
+    assert parse({}).api_key is None and parse({}).to_dict()["T4SERVE_API_KEY"]["value"] == "(unset)"
+
+
+def test_api_key_from_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY + "\n")
+    s = parse({"T4SERVE_API_KEY_FILE": str(key_file)})
+    assert s.api_key is not None and s.api_key.reveal() == API_KEY
+    assert s.api_key_file == str(key_file)
+    assert API_KEY not in repr(s) and API_KEY not in s.summary() and API_KEY not in str(s.to_dict())
+
+
+def test_api_key_and_its_file_both_set_is_an_error(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text("sk-other-key")
+    error = error_for({"T4SERVE_API_KEY": API_KEY, "T4SERVE_API_KEY_FILE": str(key_file)})
+    message = error.message()
+    assert "T4SERVE_API_KEY and T4SERVE_API_KEY_FILE are both set" in message
+    assert "fix: unset T4SERVE_API_KEY and keep T4SERVE_API_KEY_FILE" in message
+    assert API_KEY not in message and "sk-other-key" not in message
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: p / "absent", "does not exist"),
+        (lambda p: (p / "empty").write_text("  \n") and p / "empty", "is empty"),
+        (lambda p: p, "is a directory"),
+        (lambda p: (p / "two").write_text("sk-a sk-b") and p / "two", "whitespace inside"),
+        (lambda p: (p / "uni").write_text("sk-a\u00e9") and p / "uni", "printable ASCII"),
+    ],
+)
+def test_api_key_file_problems(tmp_path: Path, make: object, expected: str) -> None:
+    path = make(tmp_path)  # type: ignore[operator]
+    error = error_for({"T4SERVE_API_KEY_FILE": str(path)})
+    message = error.message()
+    assert message.startswith(f"T4SERVE_API_KEY_FILE={path}: ")
+    assert expected in message and "e.g. /run/secrets/api_key" in message
+    assert "found: " in message and "fix: set T4SERVE_API_KEY_FILE=" in message
+    assert "sk-a" not in message
+
+
+@pytest.mark.parametrize("value", ["sk-a b", "sk-a\u00e9"])
+def test_bad_api_key_value_is_redacted_in_the_error(value: str) -> None:
+    message = error_for({"T4SERVE_API_KEY": value}).message()
+    assert "sk-a" not in message
+    assert message.startswith("T4SERVE_API_KEY=<redacted>: must be one key ")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "variable", "secret"),
+    [
+        (f"--enforce-eager --api-key {API_KEY}", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
+        (f"--api-key={API_KEY}", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
+        (f"--api_key {API_KEY} k2", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", "k2"),
+        (f"--api-k={API_KEY}", "--api-k", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
+        (f"--hf-token {TOKEN}", "--hf-token", "HF_TOKEN or HF_TOKEN_FILE", TOKEN),
+    ],
+)
+def test_secret_flags_in_vllm_args_are_refused_without_echoing_the_secret(
+    args: str, flag: str, variable: str, secret: str
+) -> None:
+    error = error_for({"T4SERVE_VLLM_ARGS": args})
+    message = error.message()
+    assert f"must not contain {flag}" in message and f"use {variable} instead" in message
+    assert "would show in `ps`" in message
+    written = next(a for a in args.split() if a.startswith(("--api", "--hf")))
+    assert f"fix: remove {written.split('=')[0]} from T4SERVE_VLLM_ARGS and set {variable} instead" in message
+    assert secret not in message and API_KEY not in message
+    assert "<redacted>" in message
+
+
+def test_secret_flag_given_as_the_vllm_args_option_is_refused_without_echo() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_environ({}, overrides={"T4SERVE_VLLM_ARGS": f"--api-key {API_KEY}"})
+    assert API_KEY not in info.value.message() and "T4SERVE_API_KEY_FILE" in info.value.message()
+
+
+def test_api_key_from_environ_reads_only_the_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY)
+    assert api_key_from_environ({}) is None
+    # Other settings do not matter to a client of the server (healthcheck, bench).
+    key = api_key_from_environ({"T4SERVE_API_KEY_FILE": str(key_file), "T4SERVE_PORT": "nope"})
+    assert key is not None and key.reveal() == API_KEY
+    key = api_key_from_environ({"T4SERVE_API_KEY": API_KEY, "T4SERVE_API_KEY_FILE": ""})
+    assert key is not None and key.reveal() == API_KEY
+    with pytest.raises(ConfigError) as info:
+        api_key_from_environ({"T4SERVE_API_KEY": API_KEY, "T4SERVE_API_KEY_FILE": str(key_file)})
+    assert "both set" in info.value.message() and API_KEY not in info.value.message()
+    with pytest.raises(ConfigError) as info:
+        api_key_from_environ({"T4SERVE_API_KEY_FILE": str(tmp_path / "absent")})
+    assert "does not exist" in info.value.message()
 
 
 def test_telemetry_port_must_differ_from_port() -> None:

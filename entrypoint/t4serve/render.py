@@ -2,7 +2,7 @@
 
 Pure: `run_spec(plan, settings)` and `render_supervisord_conf(...)` read nothing. Values are shell-quoted as
 supervisord's shlex split expects, and every `%` is doubled because supervisord expands `%(name)s` in values.
-Secrets never appear here: HF_TOKEN reaches vLLM only through the environment supervisord inherits.
+Secrets never appear here: HF_TOKEN and VLLM_API_KEY reach vLLM only through the environment supervisord inherits.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ What it stands for: the OpenAI-compatible server of vLLM 0.33.0 serving Gemma 4 
 own log lines (format strings copied from vLLM 0.33's source, figures from FACTS.md's published T4 runs unless the
 environment overrides them), keeps its port closed while "loading" as vLLM does, then serves GET /health, /v1/models,
 /metrics and POST /v1/completions and /v1/chat/completions (plain and streaming SSE, `stream_options.include_usage`),
-so `vllm bench serve` is a real client of it. Text is deterministic; "17*23" in a prompt is answered "391".
+so `vllm bench serve` is a real client of it. With `--api-key KEY...` or VLLM_API_KEY (the flag wins, as in vLLM) it
+answers /v1/* (also /v2, /inference, /cohere) 401 {"error": "Unauthorized"} without `Authorization: Bearer KEY`, as
+vLLM's AuthenticationMiddleware does; /health and /metrics stay open. Text is deterministic; "17*23" in a prompt is
+answered "391".
 Python standard library only: it runs under the image's venv Python and the host's Python 3.11.
 
 Usage (on PATH as `vllm`, or run directly):
@@ -36,6 +39,7 @@ which equals the true count for the word-level tokenizer the bench test builds.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -57,6 +61,8 @@ CRASH_LOGS = ("cuda-oom", "host-oom", "clamp", "bf16", "shm", "driver", "gated")
 DEFAULT_MAX_NUM_SEQS = 256
 # Bound on handler threads: the stand-in never grows without limit, whatever a test throws at it.
 MAX_CONNECTIONS = 128
+# The path prefixes vLLM's API-key middleware guards.
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 TOKEN_PATTERN = re.compile(r"\w+|[^\w\s]+")
 FILLER_WORDS = (
     "the", "model", "answers", "each", "request", "with", "a", "steady", "stream", "of", "tokens", "from",
@@ -89,6 +95,8 @@ class Options:
     max_model_len: int = 16384
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     shutdown_timeout: int = 0
+    # Keys one of which /v1/* requests must carry (vLLM: --api-key, else VLLM_API_KEY); empty: no authentication.
+    api_keys: list[str] = field(default_factory=list)
     non_default: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -182,7 +190,7 @@ def parse_serve_args(argv: list[str]) -> Options:
             while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 taken.append(argv[i + 1])
                 i += 1
-                if name != "served-model-name":
+                if name not in ("served-model-name", "api-key"):
                     break
             values.setdefault(name, []).extend(taken or ["true"])
         elif model is None:
@@ -211,6 +219,8 @@ def parse_serve_args(argv: list[str]) -> Options:
     opts.max_num_seqs = take_int("max-num-seqs") or opts.max_num_seqs
     opts.shutdown_timeout = take_int("shutdown-timeout") or 0
     opts.served_model_names = values.pop("served-model-name", [])
+    # vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, empty keys dropped.
+    opts.api_keys = [k for k in values.pop("api-key", None) or [os.environ.get("VLLM_API_KEY", "")] if k]
     opts.non_default = {k: v[-1] for k, v in values.items()}
     return opts
 
@@ -351,8 +361,20 @@ class Handler(BaseHTTPRequestHandler):
         # vLLM's ErrorResponse shape (vllm/entrypoints/openai/engine/protocol.py).
         self._json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
+    def _refused(self) -> bool:
+        """vLLM's AuthenticationMiddleware (vllm/entrypoints/serve/middleware/authenticate.py): a guarded path without
+        one of the keys as `Authorization: Bearer KEY` gets 401 {"error": "Unauthorized"}."""
+        keys = self.engine.opts.api_keys
+        if not keys or not self.path.startswith(GUARDED_PREFIX):
+            return False
+        scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and any(hmac.compare_digest(param.encode(), k.encode()) for k in keys):
+            return False
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:
-        if self._block_if_hung():
+        if self._block_if_hung() or self._refused():
             return
         engine = self.engine
         if self.path == "/health":
@@ -414,7 +436,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._block_if_hung():
+        if self._block_if_hung() or self._refused():
             return
         engine = self.engine
         chat = self.path == "/v1/chat/completions"

@@ -1,7 +1,8 @@
 """A tiny HTTP server on 127.0.0.1 with canned answers per path, for the canary, healthcheck and wrapper tests.
 
 It stands in for vLLM's HTTP API only where a test needs exact bodies (NaN log-probabilities, a missing model); the
-stand-in server (tests/standin) plays the whole of vLLM in the image tests.
+stand-in server (tests/standin) plays the whole of vLLM in the image tests. With `api_key`, /v1/* answers 401
+{"error": "Unauthorized"} unless the request carries `Authorization: Bearer KEY`, as vLLM's middleware does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class LocalServer:
     port: int
     routes: dict[str, Canned]
     requests: list[tuple[str, Any]] = field(default_factory=list)
+    # The Authorization header of each request, in order (None when absent).
+    authorizations: list[str | None] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -36,13 +39,18 @@ class LocalServer:
 
 
 @contextmanager
-def serve(routes: dict[str, Canned]) -> Iterator[LocalServer]:
+def serve(routes: dict[str, Canned], api_key: str | None = None) -> Iterator[LocalServer]:
     state = LocalServer(0, routes)
+    unauthorized = Canned(status=401, body={"error": "Unauthorized"})
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, payload: Any) -> None:
             state.requests.append((self.path, payload))
+            authorization = self.headers.get("Authorization")
+            state.authorizations.append(authorization)
             canned = state.routes.get(self.path)
+            if api_key is not None and self.path.startswith("/v1") and authorization != f"Bearer {api_key}":
+                canned = unauthorized
             if canned is None:
                 self.send_error(404)
                 return

@@ -52,6 +52,16 @@ def test_run_canary_sends_a_greedy_fixed_request() -> None:
     assert EXPECTED == "391"
 
 
+def test_run_canary_sends_the_api_key_as_a_bearer_token() -> None:
+    with serve({"/v1/completions": Canned(body=completion(" 391"))}, api_key="sk-canary") as server:
+        keyed = run_canary(server.url, "gemma", "float16", api_key="sk-canary")
+        keyless = run_canary(server.url, "gemma", "float16")
+    assert keyed.ok, keyed.reason
+    assert server.authorizations == ["Bearer sk-canary", None]
+    assert not keyless.ok and keyless.reason is not None
+    assert "HTTP 401" in keyless.reason and "Unauthorized" in keyless.reason and keyless.hint is None
+
+
 def test_garbage_on_float16_gets_the_overflow_hint() -> None:
     with serve({"/v1/completions": Canned(body=completion("<pad><pad>"))}) as server:
         fp16 = run_canary(server.url, "gemma", "float16")

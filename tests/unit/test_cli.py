@@ -125,3 +125,41 @@ def test_env_markdown_and_summary(capsys: pytest.CaptureFixture[str], monkeypatc
     assert main(["env"]) == 0
     out = capsys.readouterr().out
     assert "HF_TOKEN" in out and "<redacted>" in out and "hf_cliSECRET" not in out
+
+
+API_KEY = "sk-cli-SECRET-api-key"
+
+
+@pytest.mark.parametrize("source", ["env", "file", "file-flag"])
+def test_the_api_key_is_in_no_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str
+) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY + "\n")
+    flags: list[str] = []
+    if source == "env":
+        monkeypatch.setenv("T4SERVE_API_KEY", API_KEY)
+    elif source == "file":
+        monkeypatch.setenv("T4SERVE_API_KEY_FILE", str(key_file))
+    else:
+        flags = ["--api-key-file", str(key_file)]
+    runs = [["plan", "--gpu", "t4", "--json"], ["plan", "--gpu", "t4"], ["env"], ["preflight", "--json"],
+            ["probe", "--json"]]  # fmt: skip
+    for argv in runs:
+        main([*argv, *flags])
+        out, err = capsys.readouterr()
+        assert API_KEY not in out + err, argv
+    main(["plan", "--gpu", "t4", "--json", *flags])
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["T4SERVE_API_KEY"]["value"] == "<redacted>"
+    assert "--api-key" not in data["plan"]["argv"] and "VLLM_API_KEY" not in data["plan"]["env"]
+
+
+def test_api_key_in_vllm_args_exits_2_naming_the_file_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("T4SERVE_VLLM_ARGS", f"--enforce-eager --api-key={API_KEY}")
+    assert main(["plan", "--gpu", "t4"]) == 2
+    out, err = capsys.readouterr()
+    assert "must not contain --api-key" in err and "T4SERVE_API_KEY_FILE" in err
+    assert API_KEY not in out + err

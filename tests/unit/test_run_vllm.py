@@ -18,6 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -247,6 +249,41 @@ def test_canary_failure_is_its_own_state_with_the_reason_and_the_fp16_hint(
     assert seen.fix == FP16_HINT
     assert f"{PREFIX}t4serve: canary FAILED: empty answer" in "\n".join(done.lines)
     assert not (tmp_path / "cache" / history.HISTORY_FILE).exists()
+
+
+def test_the_api_key_reaches_vllm_in_its_environment_and_the_canary_sends_it(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `t4serve serve` puts the key into the environment supervisord, and so this wrapper, inherits.
+    key = "sk-wrapper-SECRET-key"
+    monkeypatch.setenv("VLLM_API_KEY", key)
+    port = free_port()
+    spec = make_spec(tmp_path, standin_argv(port), port=port)
+    answers: dict[str, int] = {}
+
+    def status(headers: dict[str, str]) -> int:
+        request = urllib.request.Request(f"{local_url('127.0.0.1', port)}/v1/models", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def ready_then_probe(state: ServeState, out: str) -> bool:
+        if state.phase not in ("ready", "canary_failed", "failed"):
+            return False
+        # The stand-in enforces VLLM_API_KEY as vLLM does: proof that the child got it in its environment.
+        answers["keyless"] = status({})
+        answers["keyed"] = status({"Authorization": f"Bearer {key}"})
+        return True
+
+    done = run_here(spec, state_dir, monkeypatch, until=ready_then_probe)
+    assert done.seen is not None and done.seen.phase == "ready", done.out
+    assert done.seen.canary is not None and done.seen.canary.ok, done.seen.canary
+    assert answers == {"keyless": 401, "keyed": 200}
+    assert key not in done.out
+    assert key not in (state_dir / "state.json").read_text()
+    assert key not in " ".join(spec.argv) and key not in json.dumps(spec.env)
 
 
 def test_ready_with_an_unwritable_cache_reports_it_and_still_serves(

@@ -64,12 +64,17 @@ class Standin:
         return rc
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 5.0
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout: float = 5.0,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if data else {}
+            headers = {**({"Content-Type": "application/json"} if data else {}), **(headers or {})}
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read().decode()
@@ -130,6 +135,35 @@ def test_ok_serves_health_models_metrics_and_logs_vllm_lines(start: Any) -> None
     s.proc.send_signal(signal.SIGTERM)
     assert s.finish() == 0
     assert "Application shutdown complete." in s.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "env"),
+    [((), {"VLLM_API_KEY": "sk-standin"}), (("--api-key", "sk-other", "sk-standin"), {"VLLM_API_KEY": "sk-env"})],
+)
+def test_api_key_guards_v1_as_vllm_does(start: Any, extra: tuple[str, ...], env: dict[str, str]) -> None:
+    s = start("--served-model-name", "gemma", *extra, env=env)
+    unauthorized = (401, json.dumps({"error": "Unauthorized"}))
+    assert s.request("GET", "/v1/models") == unauthorized
+    assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer sk-wrong"}) == unauthorized
+    assert s.request("GET", "/v1/models", headers={"Authorization": "Basic sk-standin"}) == unauthorized
+    body = {"model": "gemma", "prompt": "17*23=", "max_tokens": 8}
+    assert s.request("POST", "/v1/completions", body)[0] == 401
+    # The flag wins over VLLM_API_KEY, as in vLLM.
+    assert s.request("GET", "/v1/models", headers={"Authorization": f"Bearer {env['VLLM_API_KEY']}"})[0] == (
+        401 if extra else 200
+    )
+    auth = {"Authorization": "bearer sk-standin"}
+    assert s.request("GET", "/v1/models", headers=auth)[0] == 200
+    assert s.request("POST", "/v1/completions", body, headers=auth)[0] == 200
+    assert s.request("GET", "/health") == (200, "")
+    assert s.request("GET", "/metrics")[0] == 200
+    assert "sk-standin" not in s.output
+
+
+def test_no_key_means_no_authentication(start: Any) -> None:
+    s = start("--served-model-name", "gemma", env={"VLLM_API_KEY": ""})
+    assert s.request("GET", "/v1/models")[0] == 200
 
 
 def test_qat_checkpoint_logs_its_own_figures(start: Any) -> None:

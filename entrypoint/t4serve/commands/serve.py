@@ -2,8 +2,9 @@
 
 Order: the preflight table is printed and any failure refuses the start (exit 3) unless T4SERVE_PREFLIGHT=warn; the
 resolved settings (secrets redacted) and the plan are logged; the run spec, the first state and supervisord.conf are
-written atomically into the state directory (0600 for spec and config); HF_TOKEN goes only into the environment
-supervisord inherits. supervisord then runs under t4serve.supervise.pid1, which reaps and sets the exit code.
+written atomically into the state directory (0600 for spec and config); HF_TOKEN and the API key (as VLLM_API_KEY)
+go only into the environment supervisord inherits, never into those files. supervisord then runs under
+t4serve.supervise.pid1, which reaps and sets the exit code.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ def _say(text: str) -> None:
 
 
 def child_environment(settings: Settings, environ: dict[str, str]) -> dict[str, str]:
-    """The environment supervisord (and so vLLM) inherits: the token from HF_TOKEN_FILE is put here and only here."""
+    """The environment supervisord (and so vLLM) inherits: the secrets from HF_TOKEN_FILE and T4SERVE_API_KEY(_FILE)
+    are put here and only here."""
     env = dict(environ)
     if settings.hf_token is not None:
         env["HF_TOKEN"] = settings.hf_token.reveal()
         # Both set is a settings error for any t4serve command the children run; the hub reads HF_TOKEN anyway.
         env.pop("HF_TOKEN_FILE", None)
+    if settings.api_key is not None:
+        # vLLM guards /v1/* with VLLM_API_KEY (vllm/entrypoints/serve/middleware/register.py); the wrapper's canary
+        # reads the key from the same variable, so it sends exactly what vLLM checks.
+        env["VLLM_API_KEY"] = settings.api_key.reveal()
     # vLLM and huggingface_hub must look where the probes looked.
     env["HF_HOME"] = settings.hf_home
     return env

@@ -1,7 +1,8 @@
 """The readiness canary: one fixed greedy completion that proves the model computes, not only that it is loaded.
 
-`run_canary(base_url, model, dtype)` POSTs `17*23=` to /v1/completions at temperature 0 and judges the answer with
-`judge_completion`: non-empty text, finite log-probabilities, and "391" in the text. A wrong or garbled answer on
+`run_canary(base_url, model, dtype, api_key=...)` POSTs `17*23=` to /v1/completions at temperature 0 (with the bearer
+key when the server has one) and judges the answer with `judge_completion`: non-empty text, finite log-probabilities,
+and "391" in the text. A wrong or garbled answer on
 float16 gets the fp16-overflow hint. Standard library only: it runs in the wrapper beside vLLM.
 """
 
@@ -75,20 +76,26 @@ def judge_completion(body: Any) -> Verdict:
     return Verdict(True, text, None)
 
 
-def _post(url: str, payload: dict[str, Any], timeout: float) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The header vLLM's API-key middleware checks (`Authorization: Bearer KEY`); none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _post(url: str, payload: dict[str, Any], timeout: float, api_key: str | None) -> Any:
+    headers = {"Content-Type": "application/json", **auth_headers(api_key)}
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read().decode("utf-8", errors="replace"))
 
 
-def run_canary(base_url: str, model: str, dtype: str | None, *, timeout: float = TIMEOUT_S) -> CanaryRecord:
+def run_canary(
+    base_url: str, model: str, dtype: str | None, *, api_key: str | None = None, timeout: float = TIMEOUT_S
+) -> CanaryRecord:
     """Send the canary once; a transport failure or a bad answer is a failed record with its reason, never a raise."""
     payload = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "logprobs": 1}
     began = time.monotonic()
     try:
-        verdict = judge_completion(_post(f"{base_url}/v1/completions", payload, timeout))
+        verdict = judge_completion(_post(f"{base_url}/v1/completions", payload, timeout, api_key))
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace")[:300]
         verdict = Verdict(False, None, f"/v1/completions answered HTTP {exc.code}: {detail}")

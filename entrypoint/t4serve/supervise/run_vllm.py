@@ -175,7 +175,9 @@ class Wrapper:
     def _become_ready(self) -> None:
         if self.spec.canary:
             self.tracker.advance("canary", time.time())
-            record = run_canary(self.base_url, self.spec.served_model_name, self.spec.dtype)
+            # The key vLLM enforces is the VLLM_API_KEY of its environment (t4serve serve puts it there).
+            api_key = self._env().get("VLLM_API_KEY") or None
+            record = run_canary(self.base_url, self.spec.served_model_name, self.spec.dtype, api_key=api_key)
             if self.stopping.is_set():
                 return
             with self.lock:

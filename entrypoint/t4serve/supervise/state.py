@@ -81,7 +81,8 @@ class CanaryRecord:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What the vLLM wrapper runs and checks. Holds no secret: HF_TOKEN travels only in the inherited environment."""
+    """What the vLLM wrapper runs and checks. Holds no secret: HF_TOKEN and VLLM_API_KEY travel only in the inherited
+    environment (`env` here is the plan's, never a secret)."""
 
     argv: list[str]
     env: dict[str, str]

@@ -1,0 +1,72 @@
+"""serve: the secrets reach the supervised programs only through the environment handed to supervisord.
+
+`t4serve serve` runs here up to the point where it would start supervisord (pid1.run is replaced by a recorder), on
+this machine's facts with T4SERVE_PREFLIGHT=warn, so the printed output and every file it writes can be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from t4serve.cli import main
+from t4serve.commands import serve
+from t4serve.settings import VARIABLES, Settings
+
+API_KEY = "sk-serve-SECRET-api-key"
+TOKEN = "hf_serveSECRETtoken"
+
+
+def test_child_environment_gets_vllm_api_key_and_leaves_the_caller_alone(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY)
+    environ = {"T4SERVE_API_KEY_FILE": str(key_file), "PATH": "/usr/bin"}
+    settings = Settings.from_environ({**environ, "HF_HOME": str(tmp_path / "hf")})
+    env = serve.child_environment(settings, environ)
+    assert env["VLLM_API_KEY"] == API_KEY
+    assert "VLLM_API_KEY" not in environ
+    assert "VLLM_API_KEY" not in serve.child_environment(Settings.from_environ({}), {})
+
+
+def test_serve_hands_the_key_to_supervisord_in_its_environment_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for var in VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY + "\n")
+    state_dir = tmp_path / "state"
+    for name, value in {
+        "T4SERVE_API_KEY_FILE": str(key_file),
+        "HF_TOKEN": TOKEN,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "T4SERVE_PREFLIGHT": "warn",
+        "T4SERVE_MANIFEST": str(tmp_path / "no-manifest.json"),
+        "T4SERVE_STATE_DIR": str(state_dir),
+        "T4SERVE_CACHE_DIR": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp_path),
+    }.items():
+        monkeypatch.setenv(name, value)
+    started: dict[str, Any] = {}
+
+    def record(argv: list[str], state: Path, env: dict[str, str]) -> int:
+        started.update(argv=argv, env=env)
+        return 0
+
+    monkeypatch.setattr(serve.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(serve.pid1, "run", record)
+    assert main(["serve"]) == 0
+    out, err = capsys.readouterr()
+    assert started["env"]["VLLM_API_KEY"] == API_KEY and started["env"]["HF_TOKEN"] == TOKEN
+    assert API_KEY not in " ".join(started["argv"])
+    assert API_KEY not in out + err and TOKEN not in out + err
+    written = sorted(p.name for p in state_dir.iterdir())
+    assert {"run-spec.json", "state.json", "supervisord.conf"} <= set(written), written
+    for path in state_dir.iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert API_KEY not in text and TOKEN not in text, path.name
+        assert "VLLM_API_KEY" not in text, path.name

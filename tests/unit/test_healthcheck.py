@@ -98,3 +98,48 @@ def test_start_time_of_the_command(tmp_path: Path) -> None:
     )
     mods = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=30)
     assert mods.stdout.strip() == "[]"
+
+
+API_KEY = "sk-health-SECRET-key"
+
+
+def test_the_api_key_goes_to_v1_models_and_a_401_names_the_variable(tmp_path: Path) -> None:
+    routes = {"/health": Canned(), "/v1/models": Canned(body=MODELS)}
+    with serve(routes, api_key=API_KEY) as server:
+        write_state(tmp_path, state_at(server.port, "ready"))
+        assert check(tmp_path, timeout=2.0, api_key=API_KEY)[0] == 0
+        keyless = check(tmp_path, timeout=2.0)
+        wrong = check(tmp_path, timeout=2.0, api_key="sk-wrong")
+    assert [p for p, _ in server.requests] == ["/health", "/v1/models"] * 3
+    assert server.authorizations[1::2] == [f"Bearer {API_KEY}", None, "Bearer sk-wrong"]
+    assert keyless[0] == 1 and "HTTP 401 Unauthorized to no API key" in keyless[1]
+    assert "T4SERVE_API_KEY_FILE" in keyless[1]
+    assert wrong[0] == 1 and "a key that the server refuses" in wrong[1] and "sk-wrong" not in wrong[1]
+
+
+def test_the_command_reads_the_key_from_its_file_and_an_unusable_file_is_exit_1(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY + "\n")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "VLLM_API_KEY"))}
+    with serve({"/health": Canned(), "/v1/models": Canned(body=MODELS)}, api_key=API_KEY) as server:
+        write_state(state_dir, state_at(server.port, "ready"))
+
+        def run(**env: str) -> subprocess.CompletedProcess[str]:
+            full = {**clean, "T4SERVE_STATE_DIR": str(state_dir), **env}
+            return subprocess.run([sys.executable, "-m", "t4serve", "healthcheck"], capture_output=True, text=True,
+                                  env=full, timeout=30)  # fmt: skip
+
+        from_file = run(T4SERVE_API_KEY_FILE=str(key_file))
+        from_vllm_variable = run(VLLM_API_KEY=API_KEY)
+        missing = run(T4SERVE_API_KEY_FILE=str(tmp_path / "absent"))
+        keyless = run()
+    assert from_file.returncode == 0, from_file.stderr
+    assert from_vllm_variable.returncode == 0, from_vllm_variable.stderr
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("t4serve healthcheck: cannot read the API key: T4SERVE_API_KEY_FILE=")
+    assert "does not exist" in missing.stderr
+    assert keyless.returncode == 1 and "401" in keyless.stderr
+    for done in (from_file, from_vllm_variable, missing, keyless):
+        assert API_KEY not in done.stdout + done.stderr

@@ -1,6 +1,7 @@
 """`t4serve healthcheck`: exit 0 only when the server is ready and answers; 1 otherwise, one line on stderr why.
 
-Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models with short timeouts.
+Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models with short timeouts;
+/v1/models carries the API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set.
 During a long load it prints the phase, how long it has lasted and the estimate to ready. It imports neither torch
 nor vLLM and never exits with anything but 0 or 1 (Docker reserves other codes).
 """
@@ -13,13 +14,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
-from t4serve.errors import T4ServeError
-from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.errors import ConfigError, T4ServeError
+from t4serve.settings import VARIABLES_BY_NAME, api_key_from_environ
 from t4serve.supervise import history
+from t4serve.supervise.canary import auth_headers
 from t4serve.supervise.run_vllm import local_url
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
 
@@ -66,8 +69,16 @@ def loading_line(state: ServeState, now: float) -> str:
     return line
 
 
-def _get_json(url: str, timeout: float) -> tuple[int, object]:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def client_api_key(environ: Mapping[str, str]) -> str | None:
+    """The key to send: t4serve's setting, else the VLLM_API_KEY a user gave vLLM directly (a ConfigError when the
+    setting is unusable)."""
+    key = api_key_from_environ(environ)
+    return key.reveal() if key is not None else environ.get("VLLM_API_KEY") or None
+
+
+def _get_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int, object]:
+    request = urllib.request.Request(url, headers=auth_headers(api_key))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         body = response.read()
         status = int(response.status)
     try:
@@ -76,7 +87,7 @@ def _get_json(url: str, timeout: float) -> tuple[int, object]:
         return status, None
 
 
-def probe(state: ServeState, timeout: float) -> str | None:
+def probe(state: ServeState, timeout: float, api_key: str | None = None) -> str | None:
     """None when /health answers 200 and /v1/models lists the served model; else why not."""
     base = local_url(state.host, state.port)
     try:
@@ -89,7 +100,15 @@ def probe(state: ServeState, timeout: float) -> str | None:
     if status != 200:
         return f"{base}/health answered HTTP {status}"
     try:
-        status, body = _get_json(f"{base}/v1/models", timeout)
+        status, body = _get_json(f"{base}/v1/models", timeout, api_key)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            sent = "a key that the server refuses" if api_key else "no API key"
+            return (
+                f"{base}/v1/models answered HTTP 401 Unauthorized to {sent}; give this command the server's key: "
+                "T4SERVE_API_KEY_FILE (or T4SERVE_API_KEY) as the container has it"
+            )
+        return f"{base}/v1/models answered HTTP {exc.code}"
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         return f"{base}/v1/models did not answer within {timeout:g} s ({getattr(exc, 'reason', exc)})"
     data = body.get("data") if isinstance(body, dict) else None
@@ -99,7 +118,9 @@ def probe(state: ServeState, timeout: float) -> str | None:
     return None
 
 
-def check(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None) -> tuple[int, str]:
+def check(
+    state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None, api_key: str | None = None
+) -> tuple[int, str]:
     """(exit code, the one line to print)."""
     try:
         state = read_state(state_dir)
@@ -116,7 +137,7 @@ def check(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None =
         return 1, f"unhealthy: {state.reason}{diagnosis}"
     if state.phase == "stopping":
         return 1, f"not ready: stopping for {fmt_duration(t - state.phase_began_at())} (draining in-flight requests)"
-    problem = probe(state, timeout)
+    problem = probe(state, timeout, api_key)
     if problem is not None:
         return 1, f"unhealthy: ready since {fmt_duration(t - state.phase_began_at())} ago, but {problem}"
     return 0, f"ready: {state.served_model_name} answers on port {state.port}"
@@ -127,6 +148,12 @@ def check(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None =
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=PROBE_TIMEOUT_S, show_default=True)
 def command(state_dir: Path | None, timeout: float) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
-    code, line = check(state_dir or default_state_dir(), timeout)
+    try:
+        api_key = client_api_key(os.environ)
+    except ConfigError as exc:
+        # Docker reads only 0 and 1 from a healthcheck: an unusable key setting is "unhealthy", with its reason.
+        code, line = 1, f"cannot read the API key: {exc.message()}"
+    else:
+        code, line = check(state_dir or default_state_dir(), timeout, api_key=api_key)
     print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
     return code

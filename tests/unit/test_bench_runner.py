@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from t4serve.bench import grid
+from t4serve.bench.results import read_runs
 from t4serve.bench.runner import BenchOptions, Progress, bench_argv, raw_name, run_bench, served_model_name
 from t4serve.errors import PreflightError
 
@@ -49,10 +50,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def standin_url() -> Iterator[str]:
+def start_standin(extra_env: dict[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
-    env = {**os.environ, "T4SERVE_STANDIN_LOAD_SECONDS": "0"}
+    env = {**os.environ, "T4SERVE_STANDIN_LOAD_SECONDS": "0", **extra_env}
     argv = [sys.executable, str(STANDIN), "serve", "tiny", "--port", str(port), "--served-model-name", "served-qat"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 10
@@ -62,7 +62,13 @@ def standin_url() -> Iterator[str]:
             break
         except OSError:
             time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{port}", proc
+
+
+@pytest.fixture
+def standin_url() -> Iterator[str]:
+    url, proc = start_standin({})
+    yield url
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -197,3 +203,68 @@ def test_a_server_that_dies_while_starting_fails_every_cell_of_its_model_visibly
     assert all(r.figures is None and r.error for r in runs)
     assert all(r.telemetry is not None and r.telemetry.error == "server not running" for r in runs)
     assert out.getvalue().count("FAILED") == 4
+
+
+API_KEY = "sk-bench-SECRET-key"
+# `vllm bench serve` reads OPENAI_API_KEY for its Authorization header; this client asks the server with it.
+KEYED_CLIENT = """#!{python}
+import json, os, sys, urllib.request
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+key = os.environ.get("OPENAI_API_KEY")
+headers = {{"Authorization": "Bearer " + key}} if key else {{}}
+request = urllib.request.Request(value("--base-url") + "/v1/models", headers=headers)
+urllib.request.urlopen(request, timeout=5).read()
+result = {{"completed": 1, "failed": 0, "output_throughput": 1.0, "median_tpot_ms": 1.0, "median_ttft_ms": 1.0,
+          "mean_ttft_ms": 1.0, "total_output_tokens": 8, "duration": 1.0, "model_id": value("--model")}}
+with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+@pytest.mark.parametrize("given_as", ["T4SERVE_API_KEY_FILE", "OPENAI_API_KEY"])
+def test_run_bench_sends_the_api_key_to_a_keyed_server(tmp_path: Path, given_as: str) -> None:
+    url, proc = start_standin({"VLLM_API_KEY": API_KEY})
+    try:
+        client = tmp_path / "fake-vllm"
+        client.write_text(KEYED_CLIENT.format(python=sys.executable))
+        client.chmod(0o755)
+        key_file = tmp_path / "api_key"
+        key_file.write_text(API_KEY)
+        out = tmp_path / "result"
+        opts = BenchOptions(["qat"], [32], [1], 1, 8, out, base_urls={"qat": url}, tokenizers={"qat": "tok"},
+                            ceilings={"qat": 100.0}, vllm=str(client))  # fmt: skip
+        environ = {given_as: str(key_file) if given_as.endswith("_FILE") else API_KEY}
+        assert served_model_name(url, api_key=API_KEY) == "served-qat"
+        with pytest.raises(PreflightError, match="wants an API key and none was given"):
+            served_model_name(url)
+        try:
+            runs_file = run_bench(opts, environ=environ, stream=io.StringIO())
+        except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
+            assert "matplotlib" in str(exc)
+        runs_file = read_runs(out)
+        assert [r.error for r in runs_file.runs] == [None], (out / "report.md").read_text()
+        for path in out.rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".csv", ".md", ".log"):
+                assert API_KEY not in path.read_text(encoding="utf-8", errors="replace"), path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_started_server_gets_the_key_as_vllm_api_key(tmp_path: Path) -> None:
+    from t4serve.bench.runner import PlannedServer, running_server
+    from t4serve.settings import Secret
+
+    port = free_port()
+    argv = [sys.executable, str(STANDIN), "serve", "tiny", "--port", str(port), "--served-model-name", "served-qat"]
+    url = f"http://127.0.0.1:{port}"
+    server = PlannedServer(argv=argv, env={"T4SERVE_STANDIN_LOAD_SECONDS": "0"}, url=url, tokenizer="tok",
+                           api_key=Secret(API_KEY, "T4SERVE_API_KEY"))  # fmt: skip
+    assert API_KEY not in repr(server)
+    with running_server(server, tmp_path / "server.log", ready_timeout=20):
+        # The stand-in enforces VLLM_API_KEY as vLLM does: a 401 without the key proves the server got it.
+        with pytest.raises(PreflightError, match="wants an API key and none was given"):
+            served_model_name(url)
+        assert served_model_name(url, api_key=API_KEY) == "served-qat"
+    assert API_KEY not in (tmp_path / "server.log").read_text()

@@ -3,6 +3,9 @@ repeat, vLLM's own `vllm bench serve`, with GPU telemetry sampled during each ce
 
 A run that fails (the client exits non-zero, times out, or writes no JSON) is recorded with its error and the tail
 of its log, and the sweep goes on; a server that never becomes ready fails every cell of its model, visibly.
+With an API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else OPENAI_API_KEY) the servers it starts get it as
+VLLM_API_KEY, `vllm bench serve` as OPENAI_API_KEY (vllm/benchmarks/lib/endpoint_request_func.py reads it for its
+Authorization header), and the /v1/models lookup as a bearer token; never on a command line or in the result folder.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
+from t4serve.settings import Secret, api_key_from_environ
+from t4serve.supervise.canary import auth_headers
 
 LOG_TAIL_LINES = 15
 
@@ -132,7 +137,14 @@ def cell_run(
 
 
 def run_cell(
-    opts: BenchOptions, model: str, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw_dir: Path
+    opts: BenchOptions,
+    model: str,
+    url: str,
+    served_name: str,
+    tokenizer: str,
+    cell: grid.Cell,
+    raw_dir: Path,
+    api_key: str | None = None,
 ) -> Run:
     raw = raw_dir / raw_name(model, cell)
     log = raw.with_suffix(".log")
@@ -146,8 +158,11 @@ def run_cell(
     with Sampler(opts.telemetry_interval_s) as sampler, log.open("w", encoding="utf-8") as out:
         out.write("$ " + shlex.join(argv) + "\n")
         out.flush()
+        env = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else None
         try:
-            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=opts.cell_timeout_s, check=False)
+            done = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, timeout=opts.cell_timeout_s, check=False, env=env
+            )
             rc: int | None = done.returncode
         except subprocess.TimeoutExpired:
             rc = None
@@ -168,12 +183,27 @@ def run_cell(
     return made(raw.name, figures, failed, telemetry)
 
 
-def served_model_name(url: str, timeout: float = 10.0) -> str:
+def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
     """The first model id the server lists at /v1/models (what requests must name)."""
     try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout) as resp:
+        request = urllib.request.Request(f"{url}/v1/models", headers=auth_headers(api_key))
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             data = json.load(resp)
         return str(data["data"][0]["id"])
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            raise PreflightError(
+                f"the server at {url} does not list a model",
+                found=f"GET {url}/v1/models: HTTP {exc.code}",
+                required="a running vLLM OpenAI server",
+                fix="start it (`t4serve serve`) or drop --base-url to let `t4serve bench` start the servers",
+            ) from None
+        raise PreflightError(
+            f"the server at {url} wants an API key {'other than the one given' if api_key else 'and none was given'}",
+            found=f"GET {url}/v1/models: HTTP 401 Unauthorized",
+            required="the server's key",
+            fix="set T4SERVE_API_KEY_FILE (or T4SERVE_API_KEY) to the file holding the server's key",
+        ) from None
     except (OSError, ValueError, KeyError, IndexError) as exc:
         raise PreflightError(
             f"the server at {url} does not list a model",
@@ -212,6 +242,8 @@ class PlannedServer:
     env: dict[str, str]
     url: str
     tokenizer: str
+    # Given to the server as VLLM_API_KEY when it starts; a Secret, so the dataclass's repr never shows it.
+    api_key: Secret | None = None
 
 
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
@@ -240,6 +272,7 @@ def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[st
             env=dict(plan.env),
             url=f"http://{host}:{plan.port}",
             tokenizer=plan.model,
+            api_key=settings.api_key,
         )
     return servers, notes
 
@@ -261,6 +294,8 @@ def _without_option(argv: list[str], option: str) -> list[str]:
 @contextlib.contextmanager
 def running_server(server: PlannedServer, log: Path, ready_timeout: float) -> Iterator[None]:
     env = {**os.environ, **server.env}
+    if server.api_key is not None:
+        env["VLLM_API_KEY"] = server.api_key.reveal()
     with log.open("wb") as out:
         proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
@@ -368,6 +403,8 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     raw_dir = opts.output / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    key = api_key_from_environ(environ)
+    client_key = key.reveal() if key is not None else environ.get("OPENAI_API_KEY") or None
     ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
     planned: dict[str, PlannedServer] = {}
     if not opts.base_urls:
@@ -376,7 +413,7 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     progress = Progress(len(opts.models) * len(cells), out)
     runs: list[Run] = []
     for model in opts.models:
-        runs += _run_model(opts, model, cells, raw_dir, planned.get(model), progress)
+        runs += _run_model(opts, model, cells, raw_dir, planned.get(model), progress, client_key)
     runs_file = RunsFile(
         schema=1,
         models=list(opts.models),
@@ -400,6 +437,7 @@ def _run_model(
     raw_dir: Path,
     server: PlannedServer | None,
     progress: Progress,
+    api_key: str | None = None,
 ) -> list[Run]:
     runs: list[Run] = []
     try:
@@ -411,9 +449,9 @@ def _run_model(
                 url, tokenizer = server.url, opts.tokenizers.get(model, server.tokenizer)
             else:
                 url, tokenizer = opts.base_urls[model].rstrip("/"), opts.tokenizers.get(model, default_tokenizer(model))
-            name = served_model_name(url)
+            name = served_model_name(url, api_key=api_key)
             for cell in cells:
-                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir)
+                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key)
                 runs.append(run)
                 outcome = run.error or (
                     f"{run.figures.output_throughput:.2f} tok/s, {run.figures.failed} failed" if run.figures else "?"

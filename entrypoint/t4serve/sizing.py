@@ -26,10 +26,11 @@ DEFAULT_MAX_MODEL_LEN = 16384
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
 # checkpoint. Calibrated once on the published bf16 T4 run (FACTS.md): 15 GiB x 0.9 = 13.5 GiB requested, pool
-# 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.6953 GiB from the
-# headers, activation peak 0.2673 GiB (below) -> 13.5 - 9.6953 - 0.2673 - 2.8321 = 0.7053 GiB.
+# 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.7292 GiB (weights
+# from the headers 9.5075, rotary caches 0.1875, per-layer-input buffer 0.0342: what vLLM allocates, per
+# tests/oracle/weights_oracle.py), activation peak 0.2676 GiB (below) -> 13.5 - 9.7292 - 0.2676 - 2.8321 = 0.6711 GiB.
 # tests/unit/test_sizing.py recomputes this from those inputs.
-NON_TORCH_AND_GRAPHS_BYTES = int(0.7053 * GIB)
+NON_TORCH_AND_GRAPHS_BYTES = int(0.6711 * GIB)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,24 @@ def rotary_buffers(text: dict[str, object], dtype_bytes: int) -> tuple[int, str]
     return total, f"rotary cos/sin caches {max_pos:,} positions x ({sizes}) x {dtype_bytes} B"
 
 
+def per_layer_input_buffer(text: dict[str, object], max_num_batched_tokens: int, dtype_bytes: int) -> tuple[int, str]:
+    """Gemma 4's `per_layer_embeddings`: vLLM 0.33 `Gemma4ForConditionalGeneration.__init__` allocates it beside the
+    weights (for CUDA graphs), [max_num_batched_tokens, layers, per-layer input size] in the dtype; 0 without PLE."""
+    ple = int(str(text.get("hidden_size_per_layer_input") or 0))
+    layers = int(str(text.get("num_hidden_layers") or 0))
+    total = max_num_batched_tokens * layers * ple * dtype_bytes
+    return total, f"per-layer-input buffer {max_num_batched_tokens} tokens x {layers} x {ple} x {dtype_bytes} B"
+
+
+def buffers_in_gpu(text: dict[str, object], max_num_batched_tokens: int, dtype_bytes: int) -> tuple[int, str]:
+    """Tensors vLLM allocates at load that no checkpoint holds: the rotary caches and the per-layer-input buffer."""
+    rope, rope_how = rotary_buffers(text, dtype_bytes)
+    ple, ple_how = per_layer_input_buffer(text, max_num_batched_tokens, dtype_bytes)
+    if not ple:
+        return rope, rope_how
+    return rope + ple, f"{rope_how} + {ple_how}"
+
+
 def activation_peak(text: dict[str, object], *, tokens: int, max_num_seqs: int, dtype_bytes: int) -> tuple[int, str]:
     """The profile run's largest live tensors: one forward of `tokens` tokens plus the dummy sampler over the seqs."""
 
@@ -131,7 +150,7 @@ def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: in
                  batched_tokens: int) -> tuple[int, str]:
     requested = int(inputs.gpu_memory_bytes * inputs.gpu_memory_utilization)
     weights, weights_how = weights_in_gpu(inputs.model, inputs.dtype_bytes)
-    rope, rope_how = rotary_buffers(text, inputs.dtype_bytes)
+    rope, rope_how = buffers_in_gpu(text, batched_tokens, inputs.dtype_bytes)
     act, act_how = activation_peak(text, tokens=batched_tokens, max_num_seqs=max_num_seqs,
                                    dtype_bytes=inputs.dtype_bytes)
     pool = requested - weights - rope - act - NON_TORCH_AND_GRAPHS_BYTES

@@ -66,9 +66,9 @@ def test_published_bf16_tokens_and_concurrency_from_its_pool(bf16: ModelFacts) -
 def test_calibration_constant_is_what_its_comment_derives(bf16: ModelFacts) -> None:
     text = sizing.text_config(bf16)
     weights, _ = sizing.weights_in_gpu(bf16, 2)
-    rope, _ = sizing.rotary_buffers(text, 2)
+    buffers, _ = sizing.buffers_in_gpu(text, 2048, 2)
     act, _ = sizing.activation_peak(text, tokens=2048, max_num_seqs=8, dtype_bytes=2)
-    residual = 0.9 * T4.memory_bytes - weights - rope - act - PUBLISHED_POOL
+    residual = 0.9 * T4.memory_bytes - weights - buffers - act - PUBLISHED_POOL
     assert abs(residual - sizing.NON_TORCH_AND_GRAPHS_BYTES) < 0.001 * GIB
 
 

@@ -5,9 +5,11 @@ telemetry without NVML. No GPU here: T4SERVE_PREFLIGHT=warn lets serve start pas
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +21,8 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.image
 
-STANDIN = "t4serve:standin"
+# A private tag (T4SERVE_STANDIN_IMAGE) lets a run build its own stand-in image beside one another run is using.
+STANDIN = os.environ.get("T4SERVE_STANDIN_IMAGE", "t4serve:standin")
 BASE_ENV = {"T4SERVE_PREFLIGHT": "warn", "HF_HUB_OFFLINE": "1", "T4SERVE_DTYPE": "float16"}
 
 
@@ -200,3 +203,53 @@ def test_telemetry_without_nvml_exits_cleanly_once(docker_bin: str, start: Start
     assert text.count("telemetry: no GPU telemetry") == 1
     assert "exited: telemetry (exit status 0; expected)" in text
     assert text.count("spawned: 'telemetry'") == 1
+
+
+API_KEY = "sk-image-test-SECRET-0f9e8d7c6b5a"
+CMDLINES = (
+    "import pathlib\n"
+    "for p in pathlib.Path('/proc').glob('[0-9]*/cmdline'):\n"
+    "    try: print(p.read_bytes().replace(b'\\0', b' ').decode(errors='replace'))\n"
+    "    except OSError: pass\n"
+)
+
+
+def test_api_key_from_a_secret_file_guards_v1_and_shows_nowhere(docker_bin: str, start: Start, tmp_path: Any) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text(API_KEY + "\n")
+    key_file.chmod(0o644)  # the container's user (uid 1000) reads the bind-mounted file
+    name = start({"T4SERVE_API_KEY_FILE": "/run/secrets/api_key", "T4SERVE_STANDIN_LOAD_SECONDS": "1"},
+                 "-v", f"{key_file}:/run/secrets/api_key:ro", "-p", "127.0.0.1::8000")  # fmt: skip
+    s = wait_phase(docker_bin, name, {"ready", "canary_failed", "failed"})
+    assert s["phase"] == "ready" and s["canary"]["ok"], s.get("reason")
+    port = subprocess.run([docker_bin, "port", name, "8000/tcp"], capture_output=True, text=True).stdout
+    base = f"http://127.0.0.1:{port.strip().split(':')[-1]}"
+
+    def get(path: str, headers: dict[str, str]) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    assert get("/v1/models", {}) == (401, json.dumps({"error": "Unauthorized"}))
+    assert get("/v1/models", {"Authorization": "Bearer sk-wrong"})[0] == 401
+    status, body = get("/v1/models", {"Authorization": f"Bearer {API_KEY}"})
+    assert status == 200 and s["served_model_name"] in body
+    assert get("/health", {})[0] == 200
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    assert hc.returncode == 0, hc.stderr
+    # What `ps` shows is each process's /proc/PID/cmdline (the image has no ps): read them all, as the container user.
+    cmdlines = dexec(docker_bin, name, "python3", "-c", CMDLINES).stdout
+    assert "vllm serve" in cmdlines and "run-vllm" in cmdlines, cmdlines
+    assert API_KEY not in cmdlines
+    host_ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+    if f"--served-model-name {s['served_model_name']}" in host_ps:  # a local engine: the host sees the processes
+        assert API_KEY not in host_ps
+    else:
+        print("\nthe host's ps does not see the container's processes (remote engine); checked inside only")
+    files = dexec(docker_bin, name, "sh", "-c", "cat /tmp/t4serve/*").stdout
+    assert "vllm" in files and API_KEY not in files
+    inspect = subprocess.run([docker_bin, "inspect", name], capture_output=True, text=True).stdout
+    assert "/run/secrets/api_key" in inspect and API_KEY not in inspect
+    assert API_KEY not in logs(docker_bin, name)

@@ -81,6 +81,22 @@ _SIZE_UNITS = {
 }
 
 
+def secret_environment(
+    environ: Mapping[str, str], *, hf_token: Secret | None, api_key: Secret | None
+) -> dict[str, str]:
+    """`environ` with the secrets put where the server's processes read them: the one place a secret is revealed into
+    an environment (never argv). HF_TOKEN for huggingface_hub, HF_TOKEN_FILE dropped (both set is a settings error for
+    any t4serve command a child runs; the hub reads HF_TOKEN anyway); VLLM_API_KEY, which vLLM's /v1 guard checks
+    (vllm/entrypoints/serve/middleware/register.py) and the canary sends."""
+    env = dict(environ)
+    if hf_token is not None:
+        env["HF_TOKEN"] = hf_token.reveal()
+        env.pop("HF_TOKEN_FILE", None)
+    if api_key is not None:
+        env["VLLM_API_KEY"] = api_key.reveal()
+    return env
+
+
 class Secret:
     """A string that never shows itself: repr, str and format print a placeholder; `reveal()` is the only way in."""
 

@@ -268,3 +268,21 @@ def test_a_started_server_gets_the_key_as_vllm_api_key(tmp_path: Path) -> None:
             served_model_name(url)
         assert served_model_name(url, api_key=API_KEY) == "served-qat"
     assert API_KEY not in (tmp_path / "server.log").read_text()
+
+
+def test_a_started_server_gets_the_hub_token_from_hf_token_file_as_serve_gives_it(tmp_path: Path) -> None:
+    # serve reads HF_TOKEN_FILE and hands vLLM HF_TOKEN; a server bench starts must get the same, or a gated
+    # checkpoint that is not cached yet would fail to download only under bench.
+    from t4serve.bench.runner import plan_servers, server_environment
+
+    token_file = tmp_path / "hf_token"
+    token_file.write_text("hf_benchtokennotreal\n")
+    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "T4SERVE_STATE_DIR": str(tmp_path / "s"),
+               "T4SERVE_CACHE_DIR": str(tmp_path / "c"), "PATH": os.environ.get("PATH", ""),
+               "HF_TOKEN_FILE": str(token_file)}  # fmt: skip
+    servers, _notes = plan_servers(["qat"], environ)
+    server = servers["qat"]
+    assert "hf_benchtokennotreal" not in repr(server) and "hf_benchtokennotreal" not in " ".join(server.argv)
+    env = server_environment(server, environ)
+    assert env["HF_TOKEN"] == "hf_benchtokennotreal"
+    assert "HF_TOKEN_FILE" not in env and "VLLM_API_KEY" not in env

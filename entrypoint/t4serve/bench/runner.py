@@ -31,7 +31,7 @@ from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
-from t4serve.settings import Secret, api_key_from_environ
+from t4serve.settings import Secret, api_key_from_environ, secret_environment
 from t4serve.supervise.canary import auth_headers
 
 LOG_TAIL_LINES = 15
@@ -242,8 +242,10 @@ class PlannedServer:
     env: dict[str, str]
     url: str
     tokenizer: str
-    # Given to the server as VLLM_API_KEY when it starts; a Secret, so the dataclass's repr never shows it.
+    # Given to the server as VLLM_API_KEY and HF_TOKEN when it starts, as `serve` gives them to vLLM; Secrets, so
+    # the dataclass's repr never shows them.
     api_key: Secret | None = None
+    hf_token: Secret | None = None
 
 
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
@@ -273,6 +275,7 @@ def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[st
             url=f"http://{host}:{plan.port}",
             tokenizer=plan.model,
             api_key=settings.api_key,
+            hf_token=settings.hf_token,
         )
     return servers, notes
 
@@ -291,11 +294,13 @@ def _without_option(argv: list[str], option: str) -> list[str]:
     return kept
 
 
+def server_environment(server: PlannedServer, environ: Mapping[str, str]) -> dict[str, str]:
+    return secret_environment({**environ, **server.env}, hf_token=server.hf_token, api_key=server.api_key)
+
+
 @contextlib.contextmanager
 def running_server(server: PlannedServer, log: Path, ready_timeout: float) -> Iterator[None]:
-    env = {**os.environ, **server.env}
-    if server.api_key is not None:
-        env["VLLM_API_KEY"] = server.api_key.reveal()
+    env = server_environment(server, os.environ)
     with log.open("wb") as out:
         proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:

@@ -20,7 +20,7 @@ import click
 from t4serve.atomic import write_atomic
 from t4serve.errors import InternalError, PreflightError
 from t4serve.render import SupervisorInputs, render_supervisord_conf, run_spec
-from t4serve.settings import Settings, settings_options
+from t4serve.settings import Settings, secret_environment, settings_options
 from t4serve.supervise import pid1
 from t4serve.supervise.state import (
     EXIT_REQUEST_FILE,
@@ -38,15 +38,7 @@ def _say(text: str) -> None:
 def child_environment(settings: Settings, environ: dict[str, str]) -> dict[str, str]:
     """The environment supervisord (and so vLLM) inherits: the secrets from HF_TOKEN_FILE and T4SERVE_API_KEY(_FILE)
     are put here and only here."""
-    env = dict(environ)
-    if settings.hf_token is not None:
-        env["HF_TOKEN"] = settings.hf_token.reveal()
-        # Both set is a settings error for any t4serve command the children run; the hub reads HF_TOKEN anyway.
-        env.pop("HF_TOKEN_FILE", None)
-    if settings.api_key is not None:
-        # vLLM guards /v1/* with VLLM_API_KEY (vllm/entrypoints/serve/middleware/register.py); the wrapper's canary
-        # reads the key from the same variable, so it sends exactly what vLLM checks.
-        env["VLLM_API_KEY"] = settings.api_key.reveal()
+    env = secret_environment(environ, hf_token=settings.hf_token, api_key=settings.api_key)
     # vLLM and huggingface_hub must look where the probes looked.
     env["HF_HOME"] = settings.hf_home
     return env

@@ -1,8 +1,9 @@
 """The decode bandwidth ceiling: bytes one decode step reads per token, from the safetensors headers, and tokens/s.
 
-Read per token: the text decoder's linears and norms, the per-layer-embedding projections and the tied embedding as
-output layer. Not read: the per-layer-embedding table (one row lookup), the idle vision and audio towers, and the K/V
-weights of KV-shared layers that vLLM drops (shown apart: FACTS.md's published 4.597 GB counts them).
+Read per token: the text decoder's linears and norms, the per-layer-embedding projections and the output layer (an
+untied lm_head, else the tied embedding). Not read: the per-layer-embedding table and an untied model's embedding (one
+row lookup each), the idle vision and audio towers, and the K/V weights of KV-shared layers that vLLM drops (shown
+apart: FACTS.md's published 4.597 GB counts them).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from t4serve.facts import ModelFacts
 from t4serve.gpus import KnownGpu
 from t4serve.kvcache import kv_cache_specs
 
-READ_PARTS = (PART_TEXT_DECODER, PART_PER_LAYER_PROJECTION, PART_EMBEDDING, PART_OUTPUT_LAYER)
 GB = 1e9
 
 
@@ -39,6 +39,12 @@ class Roofline:
 
 def part_bytes(model: ModelFacts, part: str) -> int:
     return sum(g.total_bytes for g in model.weights if g.part == part)
+
+
+def read_parts(model: ModelFacts) -> tuple[str, ...]:
+    """The parts a decode step reads in full: with an untied lm_head the embedding is only a row lookup."""
+    output = PART_OUTPUT_LAYER if part_bytes(model, PART_OUTPUT_LAYER) else PART_EMBEDDING
+    return (PART_TEXT_DECODER, PART_PER_LAYER_PROJECTION, output)
 
 
 def kv_read_bytes(model: ModelFacts, context: int, dtype_bytes: int) -> tuple[int, str]:
@@ -67,10 +73,13 @@ def roofline(model: ModelFacts, *, context: int, dtype_bytes: int, bandwidth_byt
             required="a local checkpoint, a reachable Hugging Face hub, or one of the aliases qat / bf16",
             fix="download the model (huggingface-cli download REPO) or pass a local directory",
         )
-    read = {p: part_bytes(model, p) for p in READ_PARTS}
+    read = {p: part_bytes(model, p) for p in read_parts(model)}
     weights = sum(read.values())
     dropped = part_bytes(model, PART_KV_SHARED_DROPPED)
     not_read = model.weight_bytes - weights - dropped
+    lookups = f"{part_bytes(model, PART_PER_LAYER_EMBEDDING) / GB:.3f} GB per-layer-embedding table"
+    if PART_EMBEDDING not in read:
+        lookups += f" + {part_bytes(model, PART_EMBEDDING) / GB:.3f} GB token embedding (untied from the output layer)"
     kv, kv_how = kv_read_bytes(model, context, dtype_bytes)
     per_token = weights + kv
     read_how = " + ".join(f"{p} {v / GB:.3f} GB" for p, v in read.items() if v)
@@ -90,8 +99,7 @@ def roofline(model: ModelFacts, *, context: int, dtype_bytes: int, bandwidth_byt
         ),
         not_read_bytes=Derived(
             not_read, "B",
-            f"{part_bytes(model, PART_PER_LAYER_EMBEDDING) / GB:.3f} GB per-layer-embedding table (a row lookup) + "
-            "idle vision/audio towers and other tensors",
+            f"{lookups} (row lookups) + idle vision/audio towers and other tensors",
         ),
         kv_read_bytes=Derived(kv, "B", f"at context {context:,}: {kv_how}"),
         bytes_per_token=Derived(per_token, "B", f"{weights / GB:.3f} GB weights + {kv / GB:.4f} GB KV"),

@@ -1,12 +1,27 @@
 """Writes Gemma 4 E2B test checkpoints: the real config.json and safetensors headers, with sparse (free) data.
 
 `write_checkpoint(dir, kind="bf16"|"qat")` writes config.json plus safetensors files whose headers carry the tensor
-names and shapes of google/gemma-4-E2B-it (bf16) or its compressed-tensors W4A16 build. Names, shapes and dtypes are
-what transformers would save for Gemma4ForConditionalGeneration built from E2B_CONFIG, and for QAT what
-compressed-tensors writes once QAT_QUANTIZATION_CONFIG is applied (tests/oracle/checkpoint_names.py derives both on the
-meta device in the image; tests/image/test_checkpoint_names.py compares), plus the k_proj/v_proj/k_norm tensors that
-the published checkpoints still ship for KV-shared layers, which transformers ignores on load and vLLM 0.33 drops
-(`_gemma4_layer_weights_mapper`).
+names and shapes of google/gemma-4-E2B-it (bf16) or google/gemma-4-E2B-it-qat-w4a16-ct (compressed-tensors W4A16).
+Names, shapes and dtypes are what transformers would save for Gemma4ForConditionalGeneration built from
+e2b_config(kind), and for QAT what compressed-tensors writes once QAT_QUANTIZATION_CONFIG is applied
+(tests/oracle/checkpoint_names.py derives both on the meta device in the image; tests/image/test_checkpoint_names.py
+compares). bf16 adds the k_proj/v_proj/k_norm tensors google/gemma-4-E2B-it still ships for the KV-shared layers
+(15-34), which transformers ignores on load and vLLM 0.33 drops (`_gemma4_layer_weights_mapper`).
+
+The QAT layout is INFERRED, not read: the hub is unreachable here, so its header was never seen. The evidence:
+- a third-party deployment script in the public code index lists google/gemma-4-E2B-it's model.safetensors as
+  10,246,621,918 B and the QAT build's as 8,316,306,646 B. The bf16 file written here is 10,246,563,638 B: the
+  same tensors (10,246,357,062 B), its header 58,280 B shorter than the published one;
+- "the bf16 layout with every text linear pack-quantized" would be 7,521,301,510 B of tensors, and vLLM 0.33 would
+  allocate 2.51 GiB less for it than for bf16 (tests/oracle/weights_oracle.py), where the published T4 run saved
+  1.78 GiB (FACTS.md);
+- both gaps close if the QAT checkpoint ships an untied 16-bit lm_head ([262144, 1536], 805,306,368 B; llm-compressor
+  keeps lm_head in the ignore list and saves it untied) and none of the KV-shared layers' K/V tensors (10,629,760 B
+  quantized; saving a transformers model writes none, as that model has no such modules): 8,315,978,118 B of tensors,
+  a file of 8,316,251,022 B here, 55,624 B short of the listed one (bf16: 58,280 B short, so header-sized), and vLLM
+  then allocates 0.75 GiB more (a separate lm_head), saving 1.76 GiB against the published 1.78.
+So the QAT config unties the embeddings (top-level `tie_word_embeddings`, which transformers' model reads, and the
+text config's, which vLLM 0.33's Gemma 4 reads) and the checkpoint holds `lm_head.weight` in 16 bits.
 With sparse=True the data region is a hole (header, then truncate to full size): a 10 GB checkpoint costs no disk.
 """
 
@@ -68,8 +83,9 @@ E2B_CONFIG: dict[str, Any] = {
                      "subsampling_conv_channels": [128, 32]},
 }
 
-# compressed-tensors W4A16: int4 symmetric, group 32, pack-quantized; embeddings, vision and audio kept 16-bit. With
-# per_layer_model_projection quantized too, bf16 / QAT bytes read per token is 4.597 GB / 1.862 GB = 2.47x as published.
+# compressed-tensors W4A16: int4 symmetric, group 32, pack-quantized; embeddings, lm_head, vision and audio kept 16-bit.
+# With per_layer_model_projection quantized too, bf16 / QAT bytes read per token is 4.597 GB / 1.862 GB = 2.47x as
+# published (QAT's output layer is its own 16-bit lm_head, the same size as the tied embedding bf16 reads).
 QAT_QUANTIZATION_CONFIG: dict[str, Any] = {
     "quant_method": "compressed-tensors",
     "format": "pack-quantized",
@@ -90,13 +106,19 @@ def e2b_config(kind: str = "bf16") -> dict[str, Any]:
     config = copy.deepcopy(E2B_CONFIG)
     if kind == "qat":
         config["quantization_config"] = copy.deepcopy(QAT_QUANTIZATION_CONFIG)
+        # Untied (inferred, see the module docstring): transformers 5.20's Gemma4ForConditionalGeneration ties by the
+        # top-level flag (`get_expanded_tied_weights_keys` reads self.config), vLLM 0.33's Gemma4ForCausalLM by the
+        # text config's (`if config.tie_word_embeddings` on `_get_text_config(hf_config)`).
+        config["tie_word_embeddings"] = False
+        config["text_config"]["tie_word_embeddings"] = False
     elif kind != "bf16":
         raise ValueError(f"kind must be 'bf16' or 'qat', not {kind!r}")
     return config
 
 
-def _text_tensors(text: dict[str, Any]) -> list[tuple[str, list[int], bool]]:
-    """(name, shape, is_quantizable_linear) for the text stack, in checkpoint order."""
+def _text_tensors(text: dict[str, Any], shared_kv: bool) -> list[tuple[str, list[int], bool]]:
+    """(name, shape, is_quantizable_linear) for the text stack, in checkpoint order; `shared_kv`: with the KV-shared
+    layers' k_proj, v_proj and k_norm (google/gemma-4-E2B-it ships them; the QAT build, by its size, does not)."""
     hidden = text["hidden_size"]
     ple = text["hidden_size_per_layer_input"]
     layers = text["num_hidden_layers"]
@@ -115,14 +137,15 @@ def _text_tensors(text: dict[str, Any]) -> list[tuple[str, list[int], bool]]:
         q = text["num_attention_heads"] * head
         kv = text["num_key_value_heads"] * head
         mlp = text["intermediate_size"] * (2 if text.get("use_double_wide_mlp") and i >= first_shared else 1)
+        owns_kv = shared_kv or i < first_shared
+        out += [(p + "layer_scalar", [1], False), (p + "self_attn.q_proj.weight", [q, hidden], True)]
+        if owns_kv:
+            out += [(p + "self_attn.k_proj.weight", [kv, hidden], True),
+                    (p + "self_attn.v_proj.weight", [kv, hidden], True)]
+        out += [(p + "self_attn.o_proj.weight", [hidden, q], True), (p + "self_attn.q_norm.weight", [head], False)]
+        if owns_kv:
+            out.append((p + "self_attn.k_norm.weight", [head], False))
         out += [
-            (p + "layer_scalar", [1], False),
-            (p + "self_attn.q_proj.weight", [q, hidden], True),
-            (p + "self_attn.k_proj.weight", [kv, hidden], True),
-            (p + "self_attn.v_proj.weight", [kv, hidden], True),
-            (p + "self_attn.o_proj.weight", [hidden, q], True),
-            (p + "self_attn.q_norm.weight", [head], False),
-            (p + "self_attn.k_norm.weight", [head], False),
             (p + "mlp.gate_proj.weight", [mlp, hidden], True),
             (p + "mlp.up_proj.weight", [mlp, hidden], True),
             (p + "mlp.down_proj.weight", [hidden, mlp], True),
@@ -191,7 +214,10 @@ def checkpoint_tensors(kind: str = "bf16") -> list[tuple[str, str, list[int]]]:
     config = e2b_config(kind)
     text = config["text_config"]
     out: list[tuple[str, str, list[int]]] = []
-    for name, shape, linear in _text_tensors(text):
+    if not config["tie_word_embeddings"]:
+        # An untied output layer, kept 16-bit by QAT_QUANTIZATION_CONFIG's ignore list.
+        out.append(("lm_head.weight", "BF16", [text["vocab_size"], text["hidden_size"]]))
+    for name, shape, linear in _text_tensors(text, shared_kv=kind == "bf16"):
         if kind == "qat" and linear:
             base = name.removesuffix(".weight")
             rows, cols = shape
@@ -266,8 +292,11 @@ def write_hf_cache(hf_home: str | Path, repo_id: str, kind: str = "bf16", revisi
 BUILTIN_PROVENANCE = {
     "bf16": "built-in facts for google/gemma-4-E2B-it: config.json per FACTS.md (E2B architecture), tensor names and "
             "shapes from transformers' Gemma 4 model on the meta device plus the shipped KV-shared K/V weights",
-    "qat": "built-in facts for google/gemma-4-E2B-it-qat-w4a16-ct: the bf16 layout with every text linear "
-           "pack-quantized (compressed-tensors W4A16, int4, group 32, bf16 scales); embeddings, vision, audio 16-bit",
+    "qat": "built-in facts for google/gemma-4-E2B-it-qat-w4a16-ct, inferred, not read from its header: every text "
+           "linear pack-quantized (compressed-tensors W4A16, int4, group 32, bf16 scales); embeddings, vision, audio "
+           "16-bit; an untied 16-bit lm_head and no KV-shared K/V weights (the layout whose size fits a third-party "
+           "listing of its model.safetensors, 8,316,306,646 B, and whose vLLM weight memory is 1.76 GiB below bf16's "
+           "against the published 1.78)",
 }
 
 

@@ -52,6 +52,13 @@ def test_qat_detects_compressed_tensors_and_packed_int4(tmp_path: Path) -> None:
     header = read_safetensors_header(d / "model.safetensors")
     assert header["model.language_model.layers.0.self_attn.q_proj.weight_packed"]["shape"] == [2048, 192]
     assert header["model.language_model.layers.0.self_attn.q_proj.weight_scale"]["shape"] == [2048, 48]
+    # Inferred from the published file size (e2b_checkpoint's docstring): an untied 16-bit lm_head as the output layer,
+    # no KV-shared layers' K/V, 8,315,978,118 B of tensors.
+    assert facts.config["tie_word_embeddings"] is False and facts.config["text"]["tie_word_embeddings"] is False
+    p = parts(facts)
+    assert p["output_layer"] == {"BF16": 262144 * 1536 * 2} == p["embedding"]
+    assert PART_KV_SHARED_DROPPED not in p
+    assert facts.weight_bytes == 8_315_978_118
 
 
 def test_hf_cache_layout_and_sharded_index(tmp_path: Path) -> None:

@@ -37,6 +37,11 @@ def test_qat_reads_2_47x_fewer(tmp_path: Path) -> None:
     published_bf16 = b.weights_read_bytes.value + b.dropped_kv_weights_bytes.value
     assert round(published_bf16 / q.weights_read_bytes.value, 2) == 2.47
     assert q.ceiling_tokens_per_s is None
+    # QAT's output layer is its untied lm_head; its embedding is then a row lookup, not read in full.
+    assert "output_layer 0.805 GB" in q.weights_read_bytes.how and "embedding" not in q.weights_read_bytes.how
+    assert "embedding 0.805 GB" in b.weights_read_bytes.how and "output_layer" not in b.weights_read_bytes.how
+    assert "0.805 GB token embedding (untied" in q.not_read_bytes.how
+    assert q.dropped_kv_weights_bytes.value == 0
 
 
 def test_kv_read_per_step_follows_windows(tmp_path: Path) -> None:

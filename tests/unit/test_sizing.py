@@ -86,7 +86,8 @@ def test_default_choices_from_the_pool(bf16: ModelFacts) -> None:
 def test_qat_holds_more(bf16: ModelFacts, qat: ModelFacts) -> None:
     a = sizing.size(inputs(bf16, max_num_seqs=None))
     b = sizing.size(inputs(qat, max_num_seqs=None))
-    assert b.kv_pool_bytes.value > a.kv_pool_bytes.value + 2 * GIB
+    # QAT's weights take 1.76 GiB less (tests/image/test_weights_oracle.py); its sampler term grows with the seqs.
+    assert b.kv_pool_bytes.value > a.kv_pool_bytes.value + 1.6 * GIB
     assert b.max_num_seqs.value > a.max_num_seqs.value
     assert b.decode_ceiling_tokens_per_s is not None and a.decode_ceiling_tokens_per_s is not None
     assert b.decode_ceiling_tokens_per_s.value > 2 * a.decode_ceiling_tokens_per_s.value

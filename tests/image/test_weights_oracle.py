@@ -137,14 +137,34 @@ def test_sizing_total_is_what_vllm_allocates(oracle: dict[str, dict[str, Any]], 
         assert 0 <= theirs - ours <= 4 * NON_CHECKPOINT_SLACK, (model.source, theirs, ours)
 
 
+def test_qat_output_layer_is_its_own_16_bit_tensor(oracle: dict[str, dict[str, Any]]) -> None:
+    """vLLM reads the QAT text config's tie_word_embeddings (false) and builds a separate lm_head, unquantized (the
+    quantization's ignore list); bf16's lm_head is the embedding's storage, counted once, as the embedding."""
+    text = E2B.E2B_CONFIG["text_config"]
+    table = {"float16": text["vocab_size"] * text["hidden_size"] * DTYPE_BYTES}
+    qat, bf16 = (oracle[kind]["after_process_weights"]["by_part"] for kind in ("qat", "bf16"))
+    assert qat["output_layer"] == table and qat["embedding"] == table
+    assert "output_layer" not in bf16 and bf16["embedding"] == table
+
+
 def test_qat_saves_what_sizing_says(oracle: dict[str, dict[str, Any]], checkpoints: dict[str, ModelFacts]) -> None:
-    """vLLM allocates 2.51 GiB less for the QAT checkpoint modelled here, as sizing predicts. The published run's
-    1.78 GiB (FACTS.md) is NOT reproduced: see README, "What was verified where"."""
+    """vLLM allocates 1.76 GiB less for the QAT checkpoint modelled here, as sizing predicts."""
     batched = oracle["bf16"]["max_num_batched_tokens"]
     totals = {kind: oracle[kind]["after_process_weights"]["total_bytes"] for kind in KINDS}
     theirs = totals["bf16"] - totals["qat"]
     ours = t4serve_total(checkpoints["bf16"], batched) - t4serve_total(checkpoints["qat"], batched)
     assert abs(theirs - ours) <= 2 * NON_CHECKPOINT_SLACK
+
+
+def test_published_qat_saving(oracle: dict[str, dict[str, Any]]) -> None:
+    """Against FACTS.md: the published T4 run's QAT weights took 1.78 GiB less than bf16's. vLLM's saving on the
+    modelled checkpoints is 1.7627 GiB, 0.02 GiB short of it (not attributed; bf16's own figure already lies 0.07 GiB
+    above vLLM's tensors). The bound separates this layout from the tied, K/V-shipping one modelled before, which
+    saved 2.51 GiB; it is not an error bar of the published figure. The QAT layout itself is inferred from a listed
+    file size (tests/unit/e2b_checkpoint.py), so this is the check that the inference agrees with the published run."""
+    totals = {kind: oracle[kind]["after_process_weights"]["total_bytes"] for kind in KINDS}
+    saving = (totals["bf16"] - totals["qat"]) / GIB
+    assert abs(saving - 1.78) < 0.03, saving
 
 
 def test_published_bf16_load_figure(oracle: dict[str, dict[str, Any]]) -> None:

@@ -1,10 +1,11 @@
 """Oracle for tests/unit/e2b_checkpoint.py: the tensors transformers and compressed-tensors would save for E2B_CONFIG.
 
-Builds the class named in E2B_CONFIG's `architectures` on the meta device (no weight memory), takes the state dict
-through save_pretrained's own steps (drop `_keys_to_ignore_on_save`, remove tied weights, revert weight conversions),
-and prints JSON {name: {dtype, shape}} per kind: "bf16" as is, "qat" after compressed-tensors applies
-QAT_QUANTIZATION_CONFIG and compresses each matched module in the config's format. Needs torch, transformers and
-compressed-tensors (the image's venv): `python tests/oracle/checkpoint_names.py > names.json`.
+Builds the class named in E2B_CONFIG's `architectures` from `e2b_config(kind)` on the meta device (no weight memory),
+takes the state dict through save_pretrained's own steps (drop `_keys_to_ignore_on_save`, remove tied weights, revert
+weight conversions), and prints JSON {name: {dtype, shape}} per kind: "bf16" as is (tied embeddings), "qat" from its
+config (untied embeddings, so the model has its own lm_head) after compressed-tensors applies QAT_QUANTIZATION_CONFIG
+and compresses each matched module in the config's format. Needs torch, transformers and compressed-tensors (the
+image's venv): `python tests/oracle/checkpoint_names.py > names.json`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ sys.dont_write_bytecode = True  # the image test mounts tests/ read-only
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 # tests/unit is not a package: its e2b_checkpoint.py is importable only from the path just added.
 E2B = importlib.import_module("e2b_checkpoint")
-E2B_CONFIG: dict[str, Any] = E2B.E2B_CONFIG
 QAT_QUANTIZATION_CONFIG: dict[str, Any] = E2B.QAT_QUANTIZATION_CONFIG
 
 # torch dtype name -> safetensors dtype, as safetensors.torch writes it.
@@ -33,12 +33,15 @@ SAFETENSORS_DTYPES = {
 }
 
 
-def build_model() -> Any:
-    """The model E2B_CONFIG names, bf16, its parameters and buffers on the meta device."""
+def build_model(kind: str) -> Any:
+    """The model e2b_config(kind) names, bf16, its parameters and buffers on the meta device. The quantization config
+    is left out here (quantize() applies it); the rest, tie_word_embeddings included, is the checkpoint's config."""
     torch = importlib.import_module("torch")
     transformers = importlib.import_module("transformers")
-    config = transformers.AutoConfig.for_model(**E2B_CONFIG)
-    model_class = getattr(transformers, E2B_CONFIG["architectures"][0])
+    fields = E2B.e2b_config(kind)
+    fields.pop("quantization_config", None)
+    config = transformers.AutoConfig.for_model(**fields)
+    model_class = getattr(transformers, fields["architectures"][0])
     with torch.device("meta"):
         return model_class._from_config(config, dtype=torch.bfloat16)
 
@@ -74,8 +77,8 @@ def quantize(model: Any) -> list[str]:
 
 def oracle() -> dict[str, Any]:
     versions = {m: importlib.import_module(m).__version__ for m in ("torch", "transformers", "compressed_tensors")}
-    bf16_model = build_model()
-    qat_model = build_model()
+    bf16_model = build_model("bf16")
+    qat_model = build_model("qat")
     quantized = quantize(qat_model)
     return {
         "versions": versions,
@@ -83,6 +86,9 @@ def oracle() -> dict[str, Any]:
         # Regexes (re.search) of checkpoint keys from_pretrained drops without complaint: keys checkpoints ship that
         # the model has no parameter for.
         "ignored_on_load_unexpected": sorted(bf16_model._keys_to_ignore_on_load_unexpected or ()),
+        # What the loaded model would tie (transformers' own reading of each config): output layer -> embedding.
+        "tied_weights": {"bf16": bf16_model.get_expanded_tied_weights_keys(),
+                         "qat": qat_model.get_expanded_tied_weights_keys()},
         "quantized_modules": quantized,
         "checkpoints": {"bf16": saved_tensors(bf16_model), "qat": saved_tensors(qat_model)},
     }

@@ -3,16 +3,27 @@ and `run_in_image` to run a command in a throwaway container of it. Every test h
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def load_e2b_checkpoint() -> ModuleType:
+    """tests/unit/e2b_checkpoint.py, the module the unit tests import (tests/unit is not a package)."""
+    spec = importlib.util.spec_from_file_location("e2b_checkpoint", REPO / "tests" / "unit" / "e2b_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 # The docker.io package's client: BuildKit built in; a newer client first on PATH may lack buildx.
 DEFAULT_DOCKER = "/usr/bin/docker"
 DEFAULT_IMAGE = "t4serve:dev"

@@ -7,16 +7,14 @@ checkpoint is laid out so is inferred from its file size (tests/unit/e2b_checkpo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, load_e2b_checkpoint
 
 pytestmark = pytest.mark.image
 
@@ -25,15 +23,6 @@ ORACLE_TIMEOUT_S = 300
 TEXT_LAYERS = "model.language_model.layers."
 
 Tensors = dict[str, tuple[str, list[int]]]
-
-
-def load_e2b_checkpoint() -> ModuleType:
-    """tests/unit/e2b_checkpoint.py, the module the unit tests import (tests/unit is not a package)."""
-    spec = importlib.util.spec_from_file_location("e2b_checkpoint", REPO / "tests" / "unit" / "e2b_checkpoint.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 E2B = load_e2b_checkpoint()

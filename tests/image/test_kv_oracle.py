@@ -4,17 +4,15 @@ kvcache.py computes from config.json must equal vLLM's, field by field, for each
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from t4serve import kvcache as kv
 
-from .conftest import REPO
+from .conftest import REPO, load_e2b_checkpoint
 
 pytestmark = pytest.mark.image
 
@@ -25,15 +23,6 @@ T4_MEMORY_BYTES = 15360 * 1024**2
 DTYPE_BYTES = 2  # --dtype float16, KV cache dtype auto
 LENGTHS = (16384, 1000, 131072)  # published; under the sliding window's hold; the model's max_position_embeddings
 POOLS = (PUBLISHED_POOL, 1024**3)
-
-
-def load_e2b_checkpoint() -> ModuleType:
-    """tests/unit/e2b_checkpoint.py, the module the unit tests import (tests/unit is not a package)."""
-    spec = importlib.util.spec_from_file_location("e2b_checkpoint", REPO / "tests" / "unit" / "e2b_checkpoint.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 E2B = load_e2b_checkpoint()

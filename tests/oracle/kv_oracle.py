@@ -289,12 +289,18 @@ def e2b_checkpoint(kind: str, directory: str) -> str:
     return directory
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def oracle_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every oracle takes: the checkpoint (--model DIR or --e2b KIND) and vLLM's --dtype."""
+    parser = argparse.ArgumentParser(description=description)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a checkpoint directory (config.json; weights are not read)")
     source.add_argument("--e2b", choices=("bf16", "qat"), help="write Gemma 4 E2B's test checkpoint and use it")
     parser.add_argument("--dtype", default="float16", help="vLLM --dtype (float16: what t4serve passes on a T4)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = oracle_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, action="append", required=True)
     parser.add_argument("--pool", type=int, action="append", required=True, help="KV cache pool in bytes")
     args = parser.parse_args(argv)

@@ -22,7 +22,6 @@ attributes of modules, by part and dtype, before and after post-processing.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -45,6 +44,7 @@ from kv_oracle import (
     free_port,
     install_t4_platform,
     kernel_placeholders,
+    oracle_parser,
     stub_cuda_extensions,
 )
 
@@ -225,11 +225,7 @@ def weights_for(model: str, dtype: str, max_model_len: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a checkpoint directory (config.json; weights are not read)")
-    source.add_argument("--e2b", choices=("bf16", "qat"), help="write Gemma 4 E2B's test checkpoint and use it")
-    parser.add_argument("--dtype", default="float16", help="vLLM --dtype (float16: what t4serve passes on a T4)")
+    parser = oracle_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, default=16384)
     args = parser.parse_args(argv)
 

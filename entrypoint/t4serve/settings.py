@@ -797,6 +797,13 @@ def api_key_from_environ(environ: Mapping[str, str]) -> Secret | None:
     return secret
 
 
+def client_api_key(environ: Mapping[str, str], fallback: str) -> str | None:
+    """The key a client of the server sends: t4serve's setting, else the variable `fallback` names (VLLM_API_KEY for
+    the healthcheck, OPENAI_API_KEY for bench's client); a ConfigError when the setting is unusable."""
+    key = api_key_from_environ(environ)
+    return key.reveal() if key is not None else environ.get(fallback) or None
+
+
 def _error(
     var: Variable,
     raw: str,

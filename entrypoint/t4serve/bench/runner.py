@@ -31,7 +31,7 @@ from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
-from t4serve.settings import Secret, api_key_from_environ, secret_environment
+from t4serve.settings import Secret, client_api_key, secret_environment
 from t4serve.supervise.canary import auth_headers
 
 LOG_TAIL_LINES = 15
@@ -408,8 +408,7 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     raw_dir = opts.output / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    key = api_key_from_environ(environ)
-    client_key = key.reveal() if key is not None else environ.get("OPENAI_API_KEY") or None
+    client_key = client_api_key(environ, "OPENAI_API_KEY")
     ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
     planned: dict[str, PlannedServer] = {}
     if not opts.base_urls:

@@ -14,13 +14,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
 from t4serve.errors import ConfigError, T4ServeError
-from t4serve.settings import VARIABLES_BY_NAME, api_key_from_environ
+from t4serve.settings import VARIABLES_BY_NAME, client_api_key
 from t4serve.supervise import history
 from t4serve.supervise.canary import auth_headers
 from t4serve.supervise.run_vllm import local_url
@@ -67,13 +66,6 @@ def loading_line(state: ServeState, now: float) -> str:
     if left is not None:
         line += f"; estimated {fmt_duration(left)} to ready"
     return line
-
-
-def client_api_key(environ: Mapping[str, str]) -> str | None:
-    """The key to send: t4serve's setting, else the VLLM_API_KEY a user gave vLLM directly (a ConfigError when the
-    setting is unusable)."""
-    key = api_key_from_environ(environ)
-    return key.reveal() if key is not None else environ.get("VLLM_API_KEY") or None
 
 
 def _get_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int, object]:
@@ -149,7 +141,8 @@ def check(
 def command(state_dir: Path | None, timeout: float) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
     try:
-        api_key = client_api_key(os.environ)
+        # Else the VLLM_API_KEY a user gave vLLM directly.
+        api_key = client_api_key(os.environ, "VLLM_API_KEY")
     except ConfigError as exc:
         # Docker reads only 0 and 1 from a healthcheck: an unusable key setting is "unhealthy", with its reason.
         code, line = 1, f"cannot read the API key: {exc.message()}"

@@ -116,6 +116,7 @@ def _sizing_items(sizing: Sizing) -> list[tuple[str, Derived]]:
     for name in (
         "max_model_len",
         "max_num_batched_tokens",
+        "gpu_weights_bytes",
         "max_num_seqs",
         "kv_cache_memory_bytes",
         "kv_pool_bytes",

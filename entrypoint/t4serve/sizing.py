@@ -55,6 +55,8 @@ class SizingInputs:
 class Sizing:
     max_model_len: Derived
     max_num_batched_tokens: Derived
+    # What vLLM's "Model loading took N GiB" counts: weights as loaded plus the buffers allocated at load.
+    gpu_weights_bytes: Derived
     max_num_seqs: Derived
     kv_cache_memory_bytes: Derived | None
     kv_pool_bytes: Derived
@@ -278,9 +280,12 @@ def size(inputs: SizingInputs) -> Sizing:
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
     if model.source == "builtin":
         notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
+    buffers, buffers_how = buffers_in_gpu(text, batched, inputs.dtype_bytes)
     return Sizing(
         max_model_len=max_len,
         max_num_batched_tokens=batched_d,
+        gpu_weights_bytes=Derived(weights + buffers, "B", f"weights ({weights_how}) + buffers ({buffers_how})"),
         max_num_seqs=seqs,
         kv_cache_memory_bytes=kv_bytes,
         kv_pool_bytes=pool_d,

@@ -155,6 +155,7 @@ FORMAT_STRINGS = {
     "model_loaded": "Model loading took %s GiB memory and %.6f seconds",
     "torch_compile": "%storch.compile took %.2f s in total",
     "kv_memory": "Available KV cache memory: %s GiB",
+    "kv_memory_set": "GiB memory for KV Cache as specified by kv_cache_memory_bytes",
     "kv_capacity": "KV cache size: %s tokens",
     "kv_concurrency": "Maximum concurrency for %s tokens per request: %.2fx",
     "cuda_graphs": "Graph capturing finished in %.0f secs, took %.2f GiB",

@@ -89,6 +89,13 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         (("kv_cache_memory_gib", 1, "GiB"),),
         "v1/worker/gpu_worker.py determine_available_memory",
     ),
+    LogPattern(
+        "kv_memory_set",
+        re.compile(rf"reserved {_NUM} GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
+        None,
+        (("kv_cache_memory_gib", 1, "GiB"),),
+        "v1/worker/gpu_worker.py determine_available_memory (a set --kv-cache-memory-bytes)",
+    ),
     # 0.33 logs tokens and concurrency on one line ("GPU KV cache size: N tokens, Maximum concurrency for ..."),
     # 0.26 on two (`logger.info_once` each, in get_kv_cache_configs): one pattern for each half matches both.
     LogPattern(

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts
@@ -69,6 +70,8 @@ class Plan:
     gpu_memory_utilization: float = 0.9
     # The known GPU's key under T4SERVE_SIZE_AS, else None.
     sized_as: str | None = None
+    # T4SERVE_COMPILE in words: the rung the first start uses and what happens after a compile out-of-memory.
+    compile_summary: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def command_line(self) -> str:
@@ -97,6 +100,7 @@ class Plan:
             f"dtype:             {self.dtype}  ({self.dtype_reason})",
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
             f"attention backend: {self.attention_backend or 'chosen by vLLM'}",
+            f"compile:           {self.compile_summary}",
         ]
         if self.sizing is not None:
             lines += ["", "sizing:"]
@@ -317,8 +321,21 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         attention_backend=backend,
         gpu_memory_utilization=utilization,
         sized_as=card.key if card is not None else None,
+        compile_summary=compile_summary(settings),
         notes=tuple(notes),
     )
+
+
+def compile_summary(settings: Settings) -> str:
+    ladder = ladder_for(settings.compile, settings.vllm_args)
+    if not ladder:
+        return "as T4SERVE_VLLM_ARGS sets it (t4serve adds no compile flags)"
+    first = ladder[0]
+    text = f"{first.name}: {first.what}"
+    if len(ladder) > 1:
+        text += (f"; after an out-of-memory inside a cold torch.compile: {', then '.join(r.name for r in ladder[1:])}"
+                 " (T4SERVE_COMPILE=auto; what worked is remembered in T4SERVE_CACHE_DIR)")
+    return text
 
 
 def _float(value: float) -> str:

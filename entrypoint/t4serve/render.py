@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from t4serve.compilation import ladder_for
 from t4serve.supervise.state import Prediction, RunSpec
 
 # Seconds beyond vLLM's own drain for its engine to shut down before supervisord resorts to SIGKILL.
@@ -62,6 +63,7 @@ def run_spec(plan: Any, settings: Any) -> RunSpec:
         hf_hub_cache=f"{settings.hf_home.rstrip('/')}/hub",
         cache_dir=settings.cache_dir,
         predictions=predictions(plan.sizing),
+        compile_ladder=[[rung.name, *rung.flags] for rung in ladder_for(settings.compile, settings.vllm_args)],
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
+from t4serve import compilation
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 
@@ -575,6 +576,13 @@ VARIABLES: tuple[Variable, ...] = (
         _choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
     ),
     Variable(
+        "T4SERVE_COMPILE", "compile", "auto", "auto",
+        "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
+        "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
+        "cold torch.compile the next one down, remembered in T4SERVE_CACHE_DIR for later starts.",
+        _choice(compilation.MODES), "auto", "--compile",
+    ),
+    Variable(
         "T4SERVE_PREFLIGHT", "preflight", "strict", "strict",
         "`strict`: `serve` refuses to start on any failed check; `warn`: it prints the failures and starts anyway.",
         _choice(PREFLIGHT_MODES), "strict", "--preflight",
@@ -651,6 +659,7 @@ class Settings:
     gpu_memory_utilization: float
     kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
+    compile: str
     preflight: str
     vllm_args: tuple[str, ...]
     hf_token: Secret | None

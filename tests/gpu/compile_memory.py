@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import shlex
 import statistics
 import sys
 import time
@@ -21,21 +20,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from realserve import GIB, Server, complete, peak_reserved, random_prompt, vllm_version, write_json  # noqa: E402
+from realserve import GIB, Server, complete, peak_reserved, random_prompt, vllm_version, write_json
 
-# name -> (checkpoint kind, extra vllm flags): vLLM's default first, then cheaper settings it offers.
-NO_COMBO = '{"inductor_compile_config": {"combo_kernels": false, "benchmark_combo_kernel": false}}'
+# name -> (checkpoint kind, T4SERVE_COMPILE): each rung of t4serve's compile ladder (t4serve.compilation), fixed.
 CONFIGS: dict[str, tuple[str, str]] = {
-    "bf16-default": ("bf16", ""),
-    "bf16-no-combo-kernels": ("bf16", f"--compilation-config {shlex.quote(NO_COMBO)}"),
-    "bf16-O1": ("bf16", "-O1"),
-    "bf16-eager": ("bf16", "--enforce-eager"),
-    "qat-default": ("qat", ""),
-    "qat-eager": ("qat", "--enforce-eager"),
+    "bf16-full": ("bf16", "full"),
+    "bf16-lean": ("bf16", "lean"),
+    "bf16-o1": ("bf16", "o1"),
+    "bf16-eager": ("bf16", "eager"),
+    "qat-full": ("qat", "full"),
+    "qat-eager": ("qat", "eager"),
 }
 
 
-def measure_speed(server: Server, name: str) -> dict[str, float | None]:
+def measure_speed(server: Server, name: str) -> dict[str, object]:
     model = name_of(server)
     one = complete(server.base_url, model, random_prompt(512, 1), 128, stream=True)
     ttft_4096 = complete(server.base_url, model, random_prompt(4096, 2), 1, stream=True)
@@ -56,6 +54,7 @@ def measure_speed(server: Server, name: str) -> dict[str, float | None]:
 
 
 def name_of(server: Server) -> str:
+    """The served model name: the checkpoint folder's name (bf16 or qat), as main() sets it."""
     return server.model.rstrip("/").rsplit("/", 1)[-1]
 
 
@@ -69,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.configs.split(",") if n]
     servers = {}
     for i, name in enumerate(names):
-        kind, flags = CONFIGS[name]
+        kind, rung = CONFIGS[name]
         servers[name] = Server(
             name, args.out / name, str(args.checkpoints / kind), 8100 + i,
             env={"T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", "T4SERVE_MAX_RESTARTS": "0",
-                 "T4SERVE_VLLM_ARGS": flags, "T4SERVE_SERVED_MODEL_NAME": kind},
+                 "T4SERVE_COMPILE": rung, "T4SERVE_SERVED_MODEL_NAME": kind},
         )
     results: dict[str, dict[str, object]] = {}
     try:
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             phase = s.wait_phase(("ready", "failed"), max(1.0, deadline - time.time()))
             state = s.state()
             results[name] = {
-                "flags": CONFIGS[name][1],
+                "compile": CONFIGS[name][1],
                 "phase": phase,
                 "ready_seconds": round(time.time() - s.started_at, 1) if phase == "ready" else None,
                 "figures": {k: v.get("value") for k, v in (state.get("figures") or {}).items()},
@@ -95,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         for name, s in servers.items():
             if results[name]["phase"] == "ready":
                 speed = measure_speed(s, name)
-                s.model = s.model  # served under its kind's name
                 results[name].update(speed)
                 print(f"{name}: {speed}", flush=True)
             results[name]["peak_reserved_gib"] = round(peak_reserved(s.probe_dir) / GIB, 3)
@@ -115,7 +113,8 @@ def markdown(report: dict[str, object]) -> str:
     lines = [
         f"vLLM {report['vllm']}, T4SERVE_SIZE_AS=t4, cold compile caches, side by side without a ballast.",
         "",
-        "| config | phase | ready s | peak reserved GiB | model GiB | c=1 tok/s | c=8 tok/s | TTFT 512 ms | TTFT 4096 ms |",
+        "| config | phase | ready s | peak reserved GiB | model GiB | c=1 tok/s | c=8 tok/s | TTFT 512 ms "
+        "| TTFT 4096 ms |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in configs.items():

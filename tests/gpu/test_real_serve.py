@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-from realserve import (  # noqa: E402
+from realserve import (
     T4_MEMORY_BYTES,
     Ballast,
     Completion,
@@ -173,7 +173,8 @@ def test_cold_then_warm_start_at_t4_memory(
             if ballast:
                 ballast.close()
         write_json(results_dir / f"start-{kind}.json", record)
-        assert phase == "ready", f"{temperature} start of {kind}: {phase}; {result.get('diagnosis')}\n{server.log()[-4000:]}"
+        why = f"{temperature} start of {kind}: {phase}; {result.get('diagnosis')}"
+        assert phase == "ready", f"{why}\n{server.log()[-4000:]}"
         assert result["completion"]["status"] == 200 and result["completion"]["tokens"] == 16
         assert result["healthcheck_when_ready"] == 0
         assert any(rc == 1 for _, rc in seen), f"healthcheck never said 1 while loading: {seen}"

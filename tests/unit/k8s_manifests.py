@@ -21,21 +21,27 @@ KUBECTL = os.environ.get("KUBECTL", "kubectl")
 Obj = dict[str, Any]
 
 
-def kubectl() -> str:
-    found = shutil.which(KUBECTL)
-    if found is None:
-        raise RuntimeError(
-            f"kubectl not found (KUBECTL={KUBECTL}); the Kubernetes manifest tests render with its built-in kustomize. "
-            "Fix: install kubectl >= 1.27 (https://kubernetes.io/docs/tasks/tools/), or set KUBECTL to its path"
-        )
-    return found
+def renderer() -> list[str]:
+    """`kubectl kustomize` (kustomize built in), else a standalone `kustomize build`."""
+    kubectl = shutil.which(KUBECTL)
+    if kubectl is not None:
+        return [kubectl, "kustomize"]
+    kustomize = shutil.which("kustomize")
+    if kustomize is not None:
+        return [kustomize, "build"]
+    raise RuntimeError(
+        f"neither kubectl (KUBECTL={KUBECTL}) nor kustomize is on PATH; the Kubernetes manifest tests render with "
+        "kustomize. Fix: install kubectl >= 1.27 (https://kubernetes.io/docs/tasks/tools/) or kustomize v5, or set "
+        "KUBECTL to kubectl's path"
+    )
 
 
 def render(directory: Path) -> list[Obj]:
     """`kubectl kustomize DIRECTORY`, parsed; a failure raises with kustomize's own message."""
-    out = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    command = [*renderer(), str(directory)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
-        raise RuntimeError(f"kubectl kustomize {directory} failed (exit {out.returncode}):\n{out.stderr}")
+        raise RuntimeError(f"{' '.join(command)} failed (exit {out.returncode}):\n{out.stderr}")
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 

@@ -47,8 +47,9 @@ from t4serve.settings import MODEL_ALIASES, VARIABLES_BY_NAME, Settings
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import RunSpec, new_state, write_state
 
-# The Kubernetes minors the built-in objects are checked against: the oldest the manifests promise to work on (the
-# kubectl this project's CI uses is 1.32) and the newest kubernetes-validate 1.37.0 ships.
+# The Kubernetes minors the built-in objects are checked against: the oldest the manifests promise to work on (every
+# field they use is GA in 1.32; kubectl 1.32 is what they were written with) and the newest kubernetes-validate 1.37.0
+# ships.
 K8S_VERSIONS = ("1.32", "1.37")
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
@@ -487,8 +488,11 @@ def test_autoscaling_targets_the_deployment_and_scales_down_slower_than_a_start(
 
 
 def test_keda_and_the_hpa_alternative_scale_on_the_same_vllm_metric(rendered: dict[str, list[Obj]]) -> None:
-    trigger = one(rendered["overlays/autoscaling"], "ScaledObject")["spec"]["triggers"][0]
+    scaled = one(rendered["overlays/autoscaling"], "ScaledObject")
+    trigger = scaled["spec"]["triggers"][0]
     series = re.search(r"(vllm:[a-z_]+)", trigger["metadata"]["query"])
+    # The query counts the queue of the pods this ScaledObject scales, in their namespace.
+    assert f'namespace="{scaled["metadata"]["namespace"]}"' in trigger["metadata"]["query"]
     assert trigger["type"] == "prometheus" and series and series.group(1) == "vllm:num_requests_waiting"
     hpa = one(rendered["overlays/autoscaling-hpa"], "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]
     values = yaml.safe_load((DEPLOY / "components" / "hpa" / "prometheus-adapter-values.yaml").read_text())

@@ -23,6 +23,15 @@ The QAT layout is INFERRED, not read: the hub is unreachable here, so its header
 So the QAT config unties the embeddings (top-level `tie_word_embeddings`, which transformers' model reads, and the
 text config's, which vLLM 0.33's Gemma 4 reads) and the checkpoint holds `lm_head.weight` in 16 bits.
 With sparse=True the data region is a hole (header, then truncate to full size): a 10 GB checkpoint costs no disk.
+
+`tokenizer=True` adds a word-level tokenizer over the full 262,144-id vocabulary: id K is the word `tK` (so a prompt
+of N such words is N tokens), but for the specials at Gemma 4's own ids (`<pad>` 0, `<eos>` 1, `<bos>` 2, `<unk>` 3,
+`<|turn>` 105, the image/audio/video tokens at the ids config.json names, 255999-258884), whose `tK` words are
+unknown (still one token). `processor=True` adds the
+processor files (image processor, audio feature extractor, video processor, chat template) that vLLM needs to serve
+the full multimodal model: the files transformers 5.13.1 saved for Gemma4Processor, checked in under
+tests/unit/data/gemma4_processor/ (`python tests/unit/e2b_checkpoint.py --processor-files DIR` regenerates them with
+transformers; tests/unit/test_e2b_processor.py compares when transformers is installed).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -43,6 +53,10 @@ E2B_CONFIG: dict[str, Any] = {
     "model_type": "gemma4",
     "tie_word_embeddings": True,
     "torch_dtype": "bfloat16",
+    # Multimodal token ids (transformers' Gemma4Config defaults, written out as google/gemma-4-E2B-it's config does);
+    # the tokenizer puts these tokens at these ids (SPECIAL_TOKENS).
+    "boi_token_id": 255999, "eoi_token_id": 258882, "image_token_id": 258880, "video_token_id": 258884,
+    "boa_token_id": 256000, "eoa_token_index": 258883, "audio_token_id": 258881,
     "text_config": {
         "model_type": "gemma4_text",
         "vocab_size": 262144,
@@ -77,7 +91,11 @@ E2B_CONFIG: dict[str, Any] = {
     },
     "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768, "intermediate_size": 3072,
                       "num_hidden_layers": 16, "num_attention_heads": 12, "head_dim": 64,
-                      "position_embedding_size": 10240, "patch_size": 16},
+                      "position_embedding_size": 10240, "patch_size": 16,
+                      # vLLM 0.26.0's Gemma 4 reads `vision_config.default_output_length` (soft tokens per image)
+                      # for every multimodal start; transformers 5.13.1's Gemma4VisionConfig has no such field, so
+                      # it must be in config.json. 3x3 pooling of 16-pixel patches, 280 tokens: the processor's.
+                      "pooling_kernel_size": 3, "default_output_length": 280},
     "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024, "num_hidden_layers": 12,
                      "num_attention_heads": 8, "output_proj_dims": 1536, "conv_kernel_size": 5,
                      "subsampling_conv_channels": [128, 32]},
@@ -256,12 +274,139 @@ def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int]]], *, 
     return 8 + len(blob) + offset
 
 
+VOCAB_SIZE = E2B_CONFIG["text_config"]["vocab_size"]
+
+# Gemma 4's special tokens at its own ids. The multimodal ids are transformers' Gemma4Config defaults (boi 255999, boa
+# 256000, image 258880, audio 258881, eoi 258882, eoa 258883, video 258884), which vLLM reads from the config
+# (`config.boi_token_id`, ...) and the processor from the tokenizer (`tokenizer.image_token_id`, ...): both must agree.
+# The text ones (mask, tool, think, channel and turn markers) are where google/gemma-4-E2B-it's vocabulary puts them,
+# as public Gemma 4 tokenizer fixtures list them.
+SPECIAL_TOKENS: dict[str, int] = {
+    "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4,
+    "<|tool>": 46, "<tool|>": 47, "<|tool_call>": 48, "<tool_call|>": 49, "<|tool_response>": 50,
+    "<tool_response|>": 51, '<|"|>': 52, "<|think|>": 98, "<|channel>": 100, "<channel|>": 101,
+    "<|turn>": 105, "<turn|>": 106,
+    "<|image>": 255999, "<|audio>": 256000, "<|image|>": 258880, "<|audio|>": 258881, "<image|>": 258882,
+    "<audio|>": 258883, "<|video|>": 258884,
+}
+# tokenizer_config.json's named tokens, as google/gemma-4-E2B-it's names them; the processor reads image_token,
+# boi_token, eoi_token, audio_token, boa_token, eoa_token as tokenizer attributes (and `<|video|>` by its text).
+NAMED_TOKENS: dict[str, str] = {
+    "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
+    "image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
+    "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>",
+    "sot_token": "<|turn>", "eot_token": "<turn|>", "soc_token": "<|channel>", "eoc_token": "<channel|>",
+    "think_token": "<|think|>", "escape_token": '<|"|>', "std_token": "<|tool>", "etd_token": "<tool|>",
+    "stc_token": "<|tool_call>", "etc_token": "<tool_call|>", "str_token": "<|tool_response>",
+    "etr_token": "<tool_response|>",
+}
+# config.json attribute -> the token at that id (the config's value is transformers' default, see above).
+CONFIG_TOKEN_IDS: dict[str, str] = {
+    "boi_token_id": "<|image>", "eoi_token_id": "<image|>", "image_token_id": "<|image|>",
+    "boa_token_id": "<|audio>", "eoa_token_index": "<audio|>", "audio_token_id": "<|audio|>",
+    "video_token_id": "<|video|>",
+}
+GENERATION_CONFIG: dict[str, Any] = {"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+PROCESSOR_DATA = Path(__file__).resolve().parent / "data" / "gemma4_processor"
+# What PROCESSOR_DATA holds (tokenizer.json is not among them: tokenizer_json() builds it).
+PROCESSOR_FILES = ("processor_config.json", "chat_template.jinja", "tokenizer_config.json")
+
+# A Gemma 4-shaped chat template (turn markers, one placeholder token per image/audio/video part) over the test
+# vocabulary: role words are unknown tokens, text passes through.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|turn>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}<|image|>{% elif part['type'] == 'audio' %}<|audio|>"
+    "{% elif part['type'] == 'video' %}<|video|>{% endif %}{% endfor %}{% endif %}<turn|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
+
+
+def tokenizer_vocab() -> dict[str, int]:
+    """Word -> id over all VOCAB_SIZE ids: `tK` for id K, the special tokens at their own ids."""
+    by_id = {i: t for t, i in SPECIAL_TOKENS.items()}
+    return {by_id.get(i, f"t{i}"): i for i in range(VOCAB_SIZE)}
+
+
+# transformers' save adds this post-processor: no BOS/EOS around a prompt (so N words stay N tokens).
+_NO_SPECIALS: dict[str, Any] = {
+    "type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}], "special_tokens": {}}
+
+
+def tokenizer_json() -> dict[str, Any]:
+    """tokenizer.json as transformers 5.13.1 saves a `tokenizers` WordLevel model with a WhitespaceSplit pre-tokenizer
+    and every special token added (so `<|image>` etc. split out of text with no spaces around them)."""
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t, i in sorted(SPECIAL_TOKENS.items(), key=lambda kv: kv[1])]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": _NO_SPECIALS, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": tokenizer_vocab(), "unk_token": "<unk>"}}
+
+
+def tokenizer_config() -> dict[str, Any]:
+    """The tokenizer_config.json the processor files are generated from (transformers rewrites it on save)."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", **NAMED_TOKENS, "extra_special_tokens": ["<|video|>"],
+            "padding_side": "left", "model_max_length": E2B_CONFIG["text_config"]["max_position_embeddings"],
+            "chat_template": CHAT_TEMPLATE}
+
+
+def write_tokenizer(directory: str | Path) -> Path:
+    """tokenizer.json, tokenizer_config.json and generation_config.json into `directory`."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "tokenizer.json").write_text(json.dumps(tokenizer_json(), ensure_ascii=False))
+    (d / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+    (d / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
+    return d
+
+
+def write_processor(directory: str | Path) -> Path:
+    """The checked-in Gemma 4 processor files (and the tokenizer_config.json saved with them) into `directory`."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    for name in PROCESSOR_FILES:
+        shutil.copyfile(PROCESSOR_DATA / name, d / name)
+    return d
+
+
+def generate_processor_files(out: str | Path) -> list[str]:
+    """Save Gemma4Processor with transformers' own classes into `out` (needs transformers, torch, torchvision):
+    Gemma4ImageProcessor, Gemma4AudioFeatureExtractor and Gemma4VideoProcessor with their defaults, which are the
+    E2B values (vision patch 16, pooling 3, 280 soft tokens; 16 kHz, 128 mel bins), over this module's tokenizer.
+    Returns the names of the files written."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+    from transformers.models.gemma4.processing_gemma4 import Gemma4Processor
+    from transformers.models.gemma4.video_processing_gemma4 import Gemma4VideoProcessor
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = AutoTokenizer.from_pretrained(write_tokenizer(tmp))
+        processor = Gemma4Processor(feature_extractor=Gemma4AudioFeatureExtractor(),
+                                    image_processor=Gemma4ImageProcessor(), tokenizer=tok,
+                                    video_processor=Gemma4VideoProcessor(), chat_template=CHAT_TEMPLATE)
+        processor.save_pretrained(str(out))
+    return sorted(p.name for p in out.iterdir())
+
+
 def write_checkpoint(directory: str | Path, kind: str = "bf16", sparse: bool = True, shards: int = 1,
-                     config: dict[str, Any] | None = None) -> Path:
-    """Write config.json and the safetensors files of an E2B checkpoint into `directory` (created)."""
+                     config: dict[str, Any] | None = None, tokenizer: bool = False, processor: bool = False) -> Path:
+    """Write config.json and the safetensors files of an E2B checkpoint into `directory` (created); `tokenizer`: also
+    the word-level tokenizer and generation_config.json; `processor`: also the Gemma 4 processor files (implies
+    `tokenizer`, whose config names the processor's special tokens)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(config if config is not None else e2b_config(kind), indent=2))
+    if tokenizer or processor:
+        write_tokenizer(d)
+    if processor:
+        write_processor(d)
     tensors = checkpoint_tensors(kind)
     if shards == 1:
         write_safetensors(d / "model.safetensors", tensors, sparse=sparse)
@@ -315,10 +460,21 @@ def builtin_data(kind: str, scratch: str | Path) -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":  # regenerate the built-in facts: python tests/unit/e2b_checkpoint.py DATA_DIR
+if __name__ == "__main__":
+    # python tests/unit/e2b_checkpoint.py DATA_DIR: regenerate the built-in facts (entrypoint/t4serve/data/models);
+    # python tests/unit/e2b_checkpoint.py --processor-files [DIR]: regenerate the processor files with transformers
+    # (default DIR: tests/unit/data/gemma4_processor; tokenizer.json is left out, tokenizer_json() builds it).
     import sys
     import tempfile
 
+    if sys.argv[1:2] == ["--processor-files"]:
+        target = Path(sys.argv[2]) if len(sys.argv) > 2 else PROCESSOR_DATA
+        with tempfile.TemporaryDirectory() as tmp:
+            generate_processor_files(tmp)
+            target.mkdir(parents=True, exist_ok=True)
+            for name in PROCESSOR_FILES:
+                shutil.copyfile(Path(tmp) / name, target / name)
+        sys.exit(0)
     out = Path(sys.argv[1])
     with tempfile.TemporaryDirectory() as tmp:
         for kind, name in (("bf16", "gemma-4-E2B-it.json"), ("qat", "gemma-4-E2B-it-qat-w4a16-ct.json")):

@@ -247,6 +247,8 @@ def planning_config(config: dict[str, Any]) -> dict[str, Any]:
     # A flat (text-only) config keeps its text fields at the top level.
     keep["text"] = dict(text) if isinstance(text, dict) else {k: v for k, v in config.items() if k not in (
         "vision_config", "audio_config", "quantization_config")}
+    # A number set to null means "not set": the planner's defaults apply, as for a key left out.
+    keep["text"] = {k: v for k, v in keep["text"].items() if not (k in TEXT_INTS and v is None)}
     for tower in ("vision_config", "audio_config"):
         if isinstance(config.get(tower), dict):
             keep[tower.removesuffix("_config")] = config[tower]

@@ -364,7 +364,11 @@ def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
             f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
         ) from None
     for i, arg in enumerate(args):
-        problem = vllm_flag_conflict(arg) or _refused_value(arg, args[i + 1] if i + 1 < len(args) else None)
+        problem = (
+            vllm_flag_conflict(arg)
+            or _refused_value(arg, args[i + 1] if i + 1 < len(args) else None)
+            or _secret_flag_inside(arg)
+        )
         if problem is not None:
             flag = arg.split("=", 1)[0]
             use = next((v for f, v in CONTROLLED_FLAGS.items() if _names_flag(_canonical_flag(flag), f)), None)
@@ -383,6 +387,13 @@ def _refused_value(arg: str, following: str | None) -> str | None:
     for flag, refused in REFUSED_FLAG_VALUES.items():
         if _names_flag(_canonical_flag(name), flag) and value is not None and value.strip().lower() in refused:
             return f"must not contain {flag} {value.strip().lower()}: {refused[value.strip().lower()]}"
+    return None
+
+
+def _secret_flag_inside(arg: str) -> str | None:
+    """A secret flag inside one quoted argument (`' --api-key KEY'`): vLLM would print it back as an unknown one."""
+    if not arg.startswith("-") and untrusted.holds_secret_flag(arg, is_secret_flag):
+        return "must not hold a secret flag inside a quoted argument: the secret would reach vLLM's command line"
     return None
 
 
@@ -432,8 +443,9 @@ def _names_flag(name: str, flag: str) -> bool:
 
 
 def _canonical_flag(flag: str) -> str:
-    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check."""
-    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check. Case is folded
+    too: vLLM refuses `--API-KEY` as unknown, but its refusal would print the value that follows to the log."""
+    return "--" + flag[2:].replace("_", "-").lower() if flag.startswith("--") else flag
 
 
 def _log_level(raw: str, ctx: _Context) -> str:
@@ -848,6 +860,11 @@ def _error(
     label: str | None = None,
     shown: str | None = None,
 ) -> ConfigError:
+    if var.field == "vllm_args":
+        # Parts of the message quote a flag or an argument: none may be a secret's value.
+        for secret in untrusted.secret_values(raw, is_secret_flag):
+            reason = reason.replace(secret, REDACTED)
+            fix = fix.replace(secret, REDACTED) if fix is not None else None
     if shown is None:
         text = redact_vllm_args(raw) if var.field == "vllm_args" else raw
         shown = REDACTED if var.secret else untrusted.printable(text)

@@ -212,24 +212,49 @@ def redact_flags(raw: str, is_secret_flag: Callable[[str], bool]) -> str:
         tokens = raw.split()
         splits = False
 
-    def names_secret(token: str) -> bool:
-        return token.startswith("--") and is_secret_flag(token.lstrip("\"'").split("=", 1)[0])
-
-    if not any(names_secret(t.lstrip("\"'")) for t in tokens):
+    if not any(holds_secret_flag(t, is_secret_flag) for t in tokens):
         return raw
     if not splits:
         return REDACTED
     shown: list[str] = []
     after_secret = False
     for token in tokens:
-        if after_secret or not token.startswith("-"):
+        holds = holds_secret_flag(token, is_secret_flag)
+        if after_secret or not token.startswith("-") or " " in token:
             shown.append(REDACTED)
-            after_secret = False
-            continue
-        flag, eq, _value = token.partition("=")
-        shown.append(flag + (f"={REDACTED}" if eq else ""))
-        after_secret = names_secret(token) and not eq
+        else:
+            flag, eq, _value = token.partition("=")
+            shown.append(flag + (f"={REDACTED}" if eq else ""))
+        after_secret = holds and "=" not in token
     return " ".join(shown)
+
+
+def secret_values(raw: str, is_secret_flag: Callable[[str], bool]) -> list[str]:
+    """The texts in shell-quoted flags that may be secrets: the value after or glued to a secret flag, and any token
+    holding a secret flag inside it; longest first, for scrubbing a message that quotes part of `raw`."""
+    import shlex
+
+    try:
+        tokens = shlex.split(raw)
+    except ValueError:
+        tokens = raw.split()
+    found: list[str] = []
+    for i, token in enumerate(tokens):
+        if not holds_secret_flag(token, is_secret_flag):
+            continue
+        if not token.startswith("-") or any(c.isspace() for c in token):
+            found.append(token)
+        _flag, eq, value = token.partition("=")
+        if eq and value:
+            found.append(value)
+        elif i + 1 < len(tokens):
+            found.append(tokens[i + 1])
+    return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def holds_secret_flag(token: str, is_secret_flag: Callable[[str], bool]) -> bool:
+    """`token`, or any word inside it (quotes stripped), names a secret flag."""
+    return any(is_secret_flag(word.strip("\"'").split("=", 1)[0]) for word in token.split())
 
 
 # Files and JSON

@@ -12,13 +12,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     write = terminalreporter.write_line
     terminalreporter.section("hardening figures")
-    write(f"{'area':<28} {'inputs':>7} {'tracebacks':>11} {'leaks':>6} {'over deadline':>14} {'bad exit':>9}")
-    totals = [0, 0, 0, 0, 0]
+    columns = ("inputs", "runs", "tracebacks", "leaks", "over deadline", "bad exit")
+    write(f"{'area':<24} " + " ".join(f"{c:>{max(len(c), 6)}}" for c in columns))
+    totals = [0] * len(columns)
+    for name, f in [*sorted(Tally.areas.items()), ("total", None)]:
+        row = totals if f is None else [f.inputs, f.runs, f.tracebacks, f.leaks, f.over_deadline, f.bad_exit_codes]
+        if f is not None:
+            totals = [a + b for a, b in zip(totals, row, strict=True)]
+        write(f"{name:<24} " + " ".join(f"{v:>{max(len(c), 6)}}" for c, v in zip(columns, row, strict=True)))
     for name, f in sorted(Tally.areas.items()):
-        row = [f.inputs, f.tracebacks, f.leaks, f.over_deadline, f.bad_exit_codes]
-        totals = [a + b for a, b in zip(totals, row, strict=True)]
-        write(f"{name:<28} {row[0]:>7} {row[1]:>11} {row[2]:>6} {row[3]:>14} {row[4]:>9}")
-    write(f"{'total':<28} {totals[0]:>7} {totals[1]:>11} {totals[2]:>6} {totals[3]:>14} {totals[4]:>9}")
+        if f.worst_overshoot is not None:
+            write(f"  {name}: the slowest timed check ended {f.worst_overshoot:+.3f} s from its deadline")
     for name, f in sorted(Tally.areas.items()):
         for example in f.examples[:3]:
             write(f"  {name}: {example}")

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -29,11 +30,15 @@ SENTINEL_TOKEN = "hf_SENTINELtoken4b1d9e77"
 
 @dataclass
 class AreaFigures:
+    # Distinct inputs tried, and the command runs over them (an input is run through one or more commands).
     inputs: int = 0
+    runs: int = 0
     tracebacks: int = 0
     leaks: int = 0
     over_deadline: int = 0
     bad_exit_codes: int = 0
+    # The most any timed check ran past its own deadline (negative: it ended before), seconds.
+    worst_overshoot: float | None = None
     examples: list[str] = field(default_factory=list)
 
 
@@ -61,8 +66,11 @@ class Outcome:
 def run_cli(args: list[str], environ: Mapping[str, str]) -> Outcome:
     """`t4serve ARGS` in this process with exactly `environ` as its environment; output captured."""
     out, err = io.StringIO(), io.StringIO()
+    # Relative paths in a setting resolve against the working directory: the test's own folder, never the checkout.
+    home = Path(environ.get("HOME", "/nonexistent"))
+    cwd = home if home.is_dir() else Path(tempfile.gettempdir())
     with mock.patch.dict(os.environ, dict(environ), clear=True), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):  # fmt: skip
+            contextlib.redirect_stderr(err), contextlib.chdir(cwd):  # fmt: skip
         code = main(args)
     return Outcome(code, out.getvalue(), err.getvalue())
 
@@ -77,11 +85,20 @@ def files_text(root: Path) -> str:
     return "\n".join(parts)
 
 
+# What a timed check may take past its deadline: printing its line and the thread hand-off, on a loaded machine.
+DEADLINE_SLACK_S = 0.5
+
+
+def tried(area: str) -> None:
+    """Count one input of `area` (before its runs are recorded)."""
+    Tally.area(area).inputs += 1
+
+
 def record(area: str, outcome: Outcome, allowed: set[int], *, secrets: tuple[str, ...] = (SENTINEL,),
            written: str = "", seconds: float | None = None, deadline: float | None = None, label: str = "") -> None:
-    """Count one input of `area` and assert the promises: an allowed exit code, no traceback, no secret, on time."""
+    """Count one run of `area` and assert the promises: an allowed exit code, no traceback, no secret, on time."""
     figures = Tally.area(area)
-    figures.inputs += 1
+    figures.runs += 1
     problems = []
     if "Traceback" in outcome.text or outcome.code == 70:
         figures.tracebacks += 1
@@ -92,7 +109,10 @@ def record(area: str, outcome: Outcome, allowed: set[int], *, secrets: tuple[str
     if outcome.code not in allowed:
         figures.bad_exit_codes += 1
         problems.append(f"exit {outcome.code} not in {sorted(allowed)}")
-    if seconds is not None and deadline is not None and seconds > deadline:
+    if seconds is not None and deadline is not None:
+        over = seconds - deadline
+        figures.worst_overshoot = over if figures.worst_overshoot is None else max(figures.worst_overshoot, over)
+    if seconds is not None and deadline is not None and seconds > deadline + DEADLINE_SLACK_S:
         figures.over_deadline += 1
         problems.append(f"took {seconds:.2f} s, deadline {deadline:.2f} s")
     if problems:

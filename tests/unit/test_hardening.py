@@ -23,6 +23,7 @@ from hardening import (
     ready_state,
     record,
     run_cli,
+    tried,
     write_state,
 )
 
@@ -38,6 +39,7 @@ AREA = "issue 12 regressions"
 
 
 def _check(outcome: Outcome, allowed: set[int], label: str, **kwargs: Any) -> Outcome:
+    tried(AREA)
     record(AREA, outcome, allowed, secrets=(SENTINEL, SENTINEL_TOKEN), label=label, **kwargs)
     return outcome
 
@@ -107,7 +109,7 @@ def test_4_healthcheck_ends_within_its_deadline_whatever_the_server_sends(tmp_pa
         began = time.monotonic()
         outcome = run_cli(["healthcheck", "--timeout", "1"], base_environ(tmp_path))
         took = time.monotonic() - began
-        _check(outcome, {1}, kind, seconds=took, deadline=1.5)
+        _check(outcome, {1}, kind, seconds=took, deadline=1.0)
 
 
 def test_4_fifo_state_and_key_files_do_not_block(tmp_path: Path) -> None:
@@ -116,12 +118,12 @@ def test_4_fifo_state_and_key_files_do_not_block(tmp_path: Path) -> None:
     os.mkfifo(state / "state.json")
     began = time.monotonic()
     _check(run_cli(["healthcheck"], base_environ(tmp_path)), {1}, "fifo state", seconds=time.monotonic() - began,
-           deadline=2.0)  # fmt: skip
+           deadline=1.0)  # fmt: skip
     _check(run_cli(["status"], base_environ(tmp_path)), {2}, "fifo state (status)")
     os.mkfifo(tmp_path / "key")
     env = {**base_environ(tmp_path), "T4SERVE_API_KEY_FILE": str(tmp_path / "key")}
     began = time.monotonic()
-    outcome = _check(run_cli(["healthcheck"], env), {1}, "fifo key", seconds=time.monotonic() - began, deadline=2.0)
+    outcome = _check(run_cli(["healthcheck"], env), {1}, "fifo key", seconds=time.monotonic() - began, deadline=1.0)
     assert "regular file" in outcome.err
 
 
@@ -221,7 +223,7 @@ def test_6_bad_config_numbers_are_invalid_facts(tmp_path: Path, damage: str) -> 
     facts = probe_model(str(d), hf_home=str(tmp_path), offline=True)
     assert facts.source == "invalid", damage
     for command in (["plan", "--gpu", "t4", "--model", str(d)], ["probe", "--model", str(d)],
-                    ["roofline", "--model", str(d)]):  # fmt: skip
+                    ["roofline", str(d)]):  # fmt: skip
         _check(run_cli(command, base_environ(tmp_path)), {0, 2, 3}, f"{damage}: {command[0]}")
 
 

@@ -710,8 +710,11 @@ class Settings:
             else:
                 raw, origin = var.default, "default"
             origins[var.name] = origin
+            if raw is None and var.default_from is not None:
+                # A default made from the environment (HF_HOME from XDG_CACHE_HOME) is checked like a value.
+                raw = var.default_from(ctx)
             if raw is None:
-                values[var.field] = var.default_from(ctx) if var.default_from else None
+                values[var.field] = None
                 continue
             try:
                 values[var.field] = var.parse(_checked_text(var, raw), ctx)

@@ -373,3 +373,10 @@ def test_9_bench_options_are_validated_before_anything_runs(tmp_path: Path, args
     assert outcome.err
     assert (tmp_path / "full" / "runs.json").read_text() == "{}"
     assert SENTINEL not in files_text(tmp_path)
+
+
+def test_8_a_default_made_from_the_environment_is_checked_too(tmp_path: Path) -> None:
+    env = {**base_environ(tmp_path), "XDG_CACHE_HOME": f"{tmp_path}/a\nb"}
+    del env["HF_HOME"]
+    outcome = _check(run_cli(["env"], env), {2}, "XDG_CACHE_HOME with a newline")
+    assert "HF_HOME=" in outcome.err and "control characters" in outcome.err

@@ -256,9 +256,10 @@ def test_any_state_json(edits: dict[str, Any], raw: bytes | None, special: str) 
         env = base_environ(tmp)
         tried("state.json")
         label = f"{special} edits={edits!r} raw={raw!r}"[:200]
-        began = time.monotonic()
-        outcome = run_cli(["healthcheck", "--timeout", "0.5"], env)
-        record("state.json", outcome, {0, 1}, seconds=time.monotonic() - began, deadline=0.5, label=label)
+        for liveness in ([], ["--liveness"]):
+            began = time.monotonic()
+            outcome = run_cli(["healthcheck", *liveness, "--timeout", "0.5"], env)
+            record("state.json", outcome, {0, 1}, seconds=time.monotonic() - began, deadline=0.5, label=label)
         record("state.json", run_cli(["status"], env), {0, 2}, label=label)
 
 
@@ -311,3 +312,8 @@ def test_healthcheck_against_a_misbehaving_server(
         record("healthcheck vs server", outcome, expected, written=witnessed, seconds=took, deadline=timeout,
                label=f"/health {health}, /v1/models {models}, pause {pause}, timeout {timeout}")  # fmt: skip
         assert "authorization" not in witnessed.lower()
+        # The liveness probe of the same server: 0 or 1, in time (it asks /health only, with no key).
+        began = time.monotonic()
+        outcome = run_cli(["healthcheck", "--liveness", "--timeout", str(timeout)], env)
+        record("healthcheck vs server", outcome, {0, 1}, seconds=time.monotonic() - began, deadline=timeout,
+               label=f"--liveness: /health {health}, timeout {timeout}")  # fmt: skip

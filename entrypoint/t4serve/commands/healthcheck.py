@@ -1,4 +1,6 @@
 """`t4serve healthcheck`: exit 0 only when the server is ready and answers; 1 otherwise, one line on stderr why.
+`--liveness` asks a narrower question for Kubernetes' livenessProbe: should this container be restarted? Only a
+server that was ready and no longer answers /health (hung, or its engine dead) says no; a loading one never does.
 
 Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models; /v1/models carries the
 API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set. `--timeout` is a wall-clock
@@ -141,6 +143,35 @@ def check(
     return 0, f"ready: {state.served_model_name} answers on port {state.port}"
 
 
+def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | None = None) -> tuple[int, str]:
+    """(exit code, the one line to print): 1 only where a restart of the container is the cure.
+
+    Loading phases are alive however long they last (the startupProbe bounds the first start; a vLLM restart inside
+    the container loads again and must not be killed for it). So are `stopping` (draining), `failed` (supervisord
+    restarts vLLM, and the listener ends the container when restarts run out) and `canary_failed` (a restart would
+    load the same weights and answer the same way; readiness keeps it out of the Service and says why). `ready` is
+    alive only while /health answers 200 within `timeout`: no answer is a hang, 503 a dead engine.
+    """
+    try:
+        state = read_state(state_dir)
+    except T4ServeError as exc:
+        return 1, f"not alive: {exc.what} ({exc.found})"
+    t = time.time() if now is None else now
+    if state.phase in LOADING_PHASES:
+        return 0, f"alive, loading: {loading_line(state, t)}"
+    if state.phase != "ready":
+        return 0, f"alive: {PHASE_LABELS[state.phase]} for {fmt_duration(t - state.phase_began_at())}"
+    base = local_url(state.host, state.port)
+    try:
+        health = _get(f"{base}/health", time.monotonic() + timeout)
+    except HttpFailure as exc:
+        return 1, f"not alive: ready, but {base}/health did not answer within {timeout:g} s ({exc.reason}): hung"
+    if health.status != 200:
+        dead = " (vLLM's engine is dead)" if health.status >= 500 else ""
+        return 1, f"not alive: ready, but {base}/health answered HTTP {health.status}{_moved(health)}{dead}"
+    return 0, f"alive: {base}/health answers"
+
+
 class _ZeroOrOneCommand(click.Command):
     """A command whose usage errors (a bad --timeout, an unknown option) are an "unhealthy" exit 1 with the reason,
     not click's exit 2: Docker reads a healthcheck's exit code as 0 healthy, 1 unhealthy, and reserves the rest."""
@@ -150,7 +181,7 @@ class _ZeroOrOneCommand(click.Command):
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
             ctx.meta["t4serve_usage_error"] = exc.format_message()
-            ctx.params = {"state_dir": None, "timeout": str(DEADLINE_S)}
+            ctx.params = {"state_dir": None, "timeout": str(DEADLINE_S), "liveness": False}
             return []
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -169,18 +200,25 @@ class _ZeroOrOneCommand(click.Command):
     show_default=True,
     help="Seconds the whole check may take (a wall-clock deadline), from 0.1 to 600.",
 )
-def command(state_dir: Path | None, timeout: str) -> int:
+@click.option(
+    "--liveness",
+    is_flag=True,
+    help="Answer whether the container should be restarted (Kubernetes livenessProbe): 1 only when a ready server "
+    "stopped answering /health; a loading one is alive.",
+)
+def command(state_dir: Path | None, timeout: str, liveness: bool) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
+    folder = state_dir or default_state_dir()
     try:
         deadline = parse_float(timeout, 0.1, MAX_DEADLINE_S)
-        # Else the VLLM_API_KEY a user gave vLLM directly.
-        api_key = client_api_key(os.environ, "VLLM_API_KEY")
+        # Else the VLLM_API_KEY a user gave vLLM directly. Liveness sends no key (/health is open).
+        api_key = None if liveness else client_api_key(os.environ, "VLLM_API_KEY")
     except Untrusted as exc:
         code, line = 1, f"unhealthy: --timeout {timeout[:40]!r} {exc.reason}"
     except ConfigError as exc:
         # Docker reads only 0 and 1 from a healthcheck: an unusable key setting is "unhealthy", with its reason.
         code, line = 1, f"cannot read the API key: {exc.message()}"
     else:
-        code, line = check(state_dir or default_state_dir(), deadline, api_key=api_key)
+        code, line = check_liveness(folder, deadline) if liveness else check(folder, deadline, api_key=api_key)
     print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
     return code

@@ -2,13 +2,17 @@
 
 `probe_model(requested, hf_home=..., offline=...) -> ModelFacts` never reads tensor data and never raises for a bad
 checkpoint: a missing config.json, a malformed header or a truncated file is a fact (source "invalid", `error` naming
-the file and the problem). Not local: headers are read remotely when the hub is reachable, else the built-in facts of
-the two aliases (source "builtin", provenance in config["provenance"]) or a clean "not-local" fact.
+the file and the problem). Every file is untrusted input (t4serve.untrusted): bounded size and nesting, numbers the
+planner uses checked, header offsets checked against the file, each other and dtype x shape, and names from the index
+or refs/main kept inside the checkout or the cache. Not local: headers are read remotely when the hub is reachable,
+else the built-in facts of the two aliases (source "builtin", provenance in config["provenance"]) or a clean
+"not-local" fact.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
@@ -18,6 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from t4serve.facts import ModelFacts, TensorGroup
+from t4serve.untrusted import (
+    Untrusted,
+    check_int,
+    check_relative_name,
+    is_inside,
+    load_json_file,
+    loads_json,
+    read_text_bounded,
+)
 
 # The repo ids of the two aliases, whose facts ship with the package for planning before a download.
 BUILTIN_MODELS: dict[str, str] = {
@@ -42,6 +55,32 @@ PARTS = (PART_TEXT_DECODER, PART_EMBEDDING, PART_OUTPUT_LAYER, PART_PER_LAYER_EM
 
 # A safetensors header above this is not a header (the format caps it at 100 MB).
 MAX_HEADER_BYTES = 100 * 1000 * 1000
+# config.json of a multimodal model is tens of KB; an index lists a few thousand tensors.
+MAX_CONFIG_BYTES = 4 * 1000 * 1000
+MAX_INDEX_BYTES = 64 * 1000 * 1000
+# Bits per element of every safetensors dtype (safetensors' Dtype enum); any other dtype is refused.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64, "F4": 4,
+    "F6_E2M3": 6, "F6_E3M2": 6,
+}
+# Integers of the text config that sizing, the KV cache and the roofline compute with: (smallest, largest). Bounds
+# far beyond any real model, small enough that no product of them overflows a float.
+TEXT_INTS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 4096),
+    "num_attention_heads": (1, 4096),
+    "num_key_value_heads": (1, 4096),
+    "num_global_key_value_heads": (1, 4096),
+    "head_dim": (1, 65536),
+    "global_head_dim": (1, 65536),
+    "hidden_size": (1, 1 << 20),
+    "intermediate_size": (1, 1 << 22),
+    "vocab_size": (1, 1 << 24),
+    "max_position_embeddings": (1, 1 << 24),
+    "sliding_window": (1, 1 << 24),
+    "hidden_size_per_layer_input": (0, 1 << 20),
+    "num_kv_shared_layers": (0, 4096),
+}
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
@@ -50,7 +89,9 @@ class CheckpointError(Exception):
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file (8-byte little-endian length, then JSON), checked against its size."""
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON), checked against its size:
+    every entry's dtype known, its bytes dtype x shape, the tensors tiling the data region exactly (no overlap, no
+    hole, nothing past the end), as the safetensors library itself requires."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -67,37 +108,96 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: header is not valid JSON: {exc}") from exc
+        header = loads_json(raw, "header")
+    except Untrusted as exc:
+        raise CheckpointError(f"{path}: header is not valid JSON: {exc.reason}") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is {type(header).__name__}, not a JSON object")
-    data_end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointError(f"{path}: __metadata__ must be an object of strings")
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    for name, info in entries.items():
         _check_entry(path, name, info)
-        data_end = max(data_end, info["data_offsets"][1])
+    data_end = check_layout(path, entries)
     if 8 + length + data_end > size:
         raise CheckpointError(
             f"{path}: truncated: tensors end at byte {8 + length + data_end:,} but the file has {size:,} bytes"
         )
+    if 8 + length + data_end < size:
+        raise CheckpointError(
+            f"{path}: {size - 8 - length - data_end:,} bytes after the last tensor (byte {8 + length + data_end:,}): "
+            "not a safetensors file as written"
+        )
     return header
+
+
+def check_layout(path: Path | str, entries: dict[str, Any]) -> int:
+    """The end of the data region, after checking the tensors tile it from byte 0: each begins where the one before
+    it ends (no overlap, no hole)."""
+    end = 0
+    for name, info in sorted(entries.items(), key=lambda item: (item[1]["data_offsets"], item[0])):
+        begin, stop = info["data_offsets"]
+        if begin != end:
+            what = "overlaps the tensor before it" if begin < end else f"leaves a hole of {begin - end:,} bytes"
+            raise CheckpointError(f"{path}: tensor {name!r} at bytes {begin:,}..{stop:,} {what} (ending at {end:,})")
+        end = stop
+    return end
 
 
 def _check_entry(path: Path | str, name: str, info: Any) -> None:
     ok = (
         isinstance(info, dict)
+        and set(info) == {"dtype", "shape", "data_offsets"}
         and isinstance(info.get("dtype"), str)
         and isinstance(info.get("shape"), list)
-        and all(isinstance(d, int) and d >= 0 for d in info["shape"])
+        and len(info["shape"]) <= 16
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info["shape"])
         and isinstance(info.get("data_offsets"), list)
         and len(info["data_offsets"]) == 2
-        and all(isinstance(o, int) for o in info["data_offsets"])
+        and all(isinstance(o, int) and not isinstance(o, bool) for o in info["data_offsets"])
         and 0 <= info["data_offsets"][0] <= info["data_offsets"][1]
     )
     if not ok:
-        raise CheckpointError(f"{path}: tensor {name!r} has a malformed entry {info!r}")
+        shown = repr(info) if len(repr(info)) <= 200 else repr(info)[:197] + "..."
+        raise CheckpointError(f"{path}: tensor {name[:200]!r} has a malformed entry {shown}")
+    bits = DTYPE_BITS.get(info["dtype"])
+    if bits is None:
+        raise CheckpointError(
+            f"{path}: tensor {name[:200]!r} has the unknown dtype {info['dtype'][:40]!r} "
+            f"(known: {', '.join(DTYPE_BITS)})"
+        )
+    begin, end = info["data_offsets"]
+    need_bits = math.prod(info["shape"]) * bits
+    if need_bits % 8 or need_bits // 8 != end - begin:
+        raise CheckpointError(
+            f"{path}: tensor {name[:200]!r} is {info['dtype']} {info['shape']} ({need_bits / 8:,g} bytes) but its "
+            f"offsets {begin:,}..{end:,} hold {end - begin:,} bytes"
+        )
+
+
+def check_text_config(text: dict[str, Any]) -> None:
+    """The text config's numbers the planner computes with: integers in range (TEXT_INTS), a head size derivable,
+    `layer_types` one string per layer; Untrusted naming the field otherwise."""
+    for key, (lo, hi) in TEXT_INTS.items():
+        if text.get(key) is not None:
+            check_int(text[key], key, lo, hi)
+    for key in ("num_hidden_layers", "num_attention_heads"):
+        if text.get(key) is None:
+            raise Untrusted(f"{key} must be set (a decoder-only LM config has it)")
+    if not text.get("head_dim") and text.get("hidden_size", 0) < text["num_attention_heads"]:
+        raise Untrusted("head_dim must be set, or hidden_size must be at least num_attention_heads")
+    layers = text["num_hidden_layers"]
+    if (text.get("num_kv_shared_layers") or 0) >= layers:
+        raise Untrusted(f"num_kv_shared_layers must be below num_hidden_layers ({layers})")
+    layer_types = text.get("layer_types")
+    if layer_types is not None and (
+        not isinstance(layer_types, list)
+        or len(layer_types) != layers
+        or not all(isinstance(t, str) for t in layer_types)
+    ):
+        found = f"a list of {len(layer_types)}" if isinstance(layer_types, list) else type(layer_types).__name__
+        raise Untrusted(f"layer_types must list one string per layer ({layers}), found {found}")
 
 
 def classify(name: str, text: dict[str, Any]) -> str:
@@ -147,6 +247,8 @@ def planning_config(config: dict[str, Any]) -> dict[str, Any]:
     # A flat (text-only) config keeps its text fields at the top level.
     keep["text"] = dict(text) if isinstance(text, dict) else {k: v for k, v in config.items() if k not in (
         "vision_config", "audio_config", "quantization_config")}
+    # A number set to null means "not set": the planner's defaults apply, as for a key left out.
+    keep["text"] = {k: v for k, v in keep["text"].items() if not (k in TEXT_INTS and v is None)}
     for tower in ("vision_config", "audio_config"):
         if isinstance(config.get(tower), dict):
             keep[tower.removesuffix("_config")] = config[tower]
@@ -171,14 +273,22 @@ def resolve_local(requested: str, hf_home: str) -> tuple[Path, str] | None:
     repo_dir = Path(hf_home) / "hub" / ("models--" + repo.replace("/", "--"))
     snapshots = repo_dir / "snapshots"
     ref = repo_dir / "refs" / "main"
-    if ref.is_file():
-        revision = ref.read_text().strip()
-        if (snapshots / revision).is_dir():
-            return snapshots / revision, "hf-cache"
+    revision = _cached_revision(ref)
+    if revision is not None and (snapshots / revision).is_dir() and is_inside(snapshots / revision, repo_dir):
+        return snapshots / revision, "hf-cache"
     # No refs/main (e.g. a cache filled by a pinned revision): the newest snapshot holding a config.json.
     candidates = sorted((p for p in snapshots.glob("*") if (p / "config.json").is_file()),
                         key=lambda p: p.stat().st_mtime, reverse=True) if snapshots.is_dir() else []
     return (candidates[0], "hf-cache") if candidates else None
+
+
+def _cached_revision(ref: Path) -> str | None:
+    """The revision refs/main names, or None when it is absent or not a plain name (`../..`, invalid UTF-8, a FIFO):
+    then the newest snapshot is used, as when there is no refs/main."""
+    try:
+        return check_relative_name(read_text_bounded(ref, 4096, "refs/main").strip(), "refs/main")
+    except (OSError, Untrusted):
+        return None
 
 
 def _invalid(requested: str, local: Path | None, error: str) -> ModelFacts:
@@ -188,26 +298,39 @@ def _invalid(requested: str, local: Path | None, error: str) -> ModelFacts:
 def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
     config_path = directory / "config.json"
     try:
-        config = json.loads(config_path.read_text())
+        config = load_json_file(config_path, MAX_CONFIG_BYTES, "config.json")
     except FileNotFoundError:
         return _invalid(requested, directory, f"{config_path}: missing (every Hugging Face checkpoint has config.json)")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return _invalid(requested, directory, f"{config_path}: not readable JSON: {exc}")
+    except Untrusted as exc:
+        return _invalid(requested, directory, f"{config_path}: not readable JSON: {exc.reason}")
     if not isinstance(config, dict):
         return _invalid(requested, directory, f"{config_path}: a JSON {type(config).__name__}, not an object")
     kept = planning_config(config)
+    try:
+        check_text_config(kept["text"])
+    except Untrusted as exc:
+        return _invalid(requested, directory, f"{config_path}: {exc.reason}")
     index_path = directory / "model.safetensors.index.json"
+    # Names from the index stay inside the checkout (checked by name: a local directory's own symlinks are its
+    # owner's choice); in the HF cache every file, links resolved, stays inside its repo folder (snapshots -> blobs).
+    repo_dir = directory.parent.parent
     try:
         if index_path.is_file():
-            index = json.loads(index_path.read_text())
+            index = load_json_file(index_path, MAX_INDEX_BYTES, "the index")
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict) or not weight_map:
                 return _invalid(requested, directory, f"{index_path}: no weight_map")
-            files = sorted({directory / str(f) for f in weight_map.values()})
+            names = {check_relative_name(f, f"a file in {index_path.name}'s weight_map") for f in weight_map.values()}
+            files = sorted(directory / name for name in names)
         else:
             files = sorted(directory.glob("*.safetensors"))
-    except (OSError, json.JSONDecodeError) as exc:
-        return _invalid(requested, directory, f"{index_path}: not readable JSON: {exc}")
+        outside = [f for f in files if source == "hf-cache" and not is_inside(f, repo_dir)]
+        if outside:
+            real = os.path.realpath(outside[0])
+            return _invalid(requested, directory, f"{outside[0]}: resolves outside the cache's {repo_dir} ({real})")
+    except (OSError, Untrusted) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else exc.strerror or str(exc)
+        return _invalid(requested, directory, f"{index_path}: not readable JSON: {reason}")
     if not files:
         return _invalid(
             requested, directory, f"{directory}: no *.safetensors files (only safetensors checkpoints are read)"
@@ -240,19 +363,28 @@ def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
         return None, "huggingface_hub is not installed, so headers cannot be read remotely"
     try:
         metadata = get_safetensors_metadata(repo)
-        config = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+        config = load_json_file(Path(hf_hub_download(repo, "config.json")), MAX_CONFIG_BYTES, "config.json")
     except Exception as exc:  # the hub library raises many classes (HTTP, offline, auth, timeouts): all mean "not now"
         return None, f"reading {repo} from the Hugging Face hub failed: {type(exc).__name__}: {exc}"
+    if not isinstance(config, dict):
+        return _invalid(repo, None, f"remote config.json: a JSON {type(config).__name__}, not an object"), ""
+    kept = planning_config(config)
+    try:
+        check_text_config(kept["text"])
+    except Untrusted as exc:
+        return _invalid(repo, None, f"remote config.json: {exc.reason}"), ""
     entries: dict[str, dict[str, Any]] = {}
     for filename, file_meta in metadata.files_metadata.items():
-        for name, info in file_meta.tensors.items():
-            entry = {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
-            try:
+        file_entries: dict[str, Any] = {}
+        try:
+            for name, info in file_meta.tensors.items():
+                entry = {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
                 _check_entry(filename, name, entry)
-            except CheckpointError as exc:
-                return _invalid(repo, None, f"remote header: {exc}"), ""
-            entries[name] = entry
-    kept = planning_config(config)
+                file_entries[name] = entry
+            check_layout(filename, file_entries)
+        except CheckpointError as exc:
+            return _invalid(repo, None, f"remote header: {exc}"), ""
+        entries.update(file_entries)
     return ModelFacts(requested=repo, local_path=None, source="not-local", config=kept,
                       quantization=quant_method(config), safetensors_files=len(metadata.files_metadata),
                       weights=group_tensors(entries, kept["text"])), ""

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from t4serve.compilation import ladder_for
+from t4serve.errors import ConfigError
 from t4serve.supervise.state import Prediction, RunSpec
+from t4serve.untrusted import Untrusted, check_text, printable
 
 # Seconds beyond vLLM's own drain for its engine to shut down before supervisord resorts to SIGKILL.
 STOP_MARGIN_S = 30
@@ -68,7 +70,18 @@ def run_spec(plan: Any, settings: Any) -> RunSpec:
 
 
 def conf_value(text: str) -> str:
-    """A value as supervisord reads it back: `%` doubled (it expands `%(here)s`-style names in values)."""
+    """A value as supervisord reads it back: `%` doubled (it expands `%(here)s`-style names in values), and one line
+    (a newline would start a line of its own, e.g. a `[program:...]` section): settings refuse control characters in
+    paths, and this refuses whatever else would carry one."""
+    try:
+        check_text(text, "a value of supervisord.conf")
+    except Untrusted as exc:
+        raise ConfigError(
+            f"cannot write supervisord.conf: {exc.reason}",
+            found=printable(text),
+            required="values of one line without control characters",
+            fix="remove the control character from the setting that gives this path or flag",
+        ) from None
     return text.replace("%", "%%")
 
 

@@ -8,19 +8,19 @@ the shared click options (`settings_options`) and the README's environment table
 from __future__ import annotations
 
 import functools
-import ipaddress
 import math
 import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from t4serve import compilation
+from t4serve import compilation, untrusted
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 
@@ -65,13 +65,28 @@ FIXED_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "t4serve sets --kv-cache-dtype auto: its KV cache sizing assumes the model dtype",
     "--tensor-parallel-size": "t4serve serves one GPU (--tensor-parallel-size 1)",
     "-tp": "t4serve serves one GPU (--tensor-parallel-size 1)",
+    "--pipeline-parallel-size": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
+    "-pp": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
+    "--data-parallel-size": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
+    "-dp": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
+    "--quantization": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with "
+    "T4SERVE_MODEL (qat) instead",
+    "-q": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with T4SERVE_MODEL",
+    "--cpu-offload-gb": "t4serve sizes the weights as held in GPU memory; offloading makes its KV sizing wrong",
+    "--num-gpu-blocks-override": "t4serve sizes the KV cache itself; use T4SERVE_KV_CACHE_MEMORY_BYTES instead",
     # A YAML config can set any flag above where no check sees it.
     "--config": "a YAML config could set t4serve's flags unseen; put the flags themselves in T4SERVE_VLLM_ARGS",
 }
 
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d{1,19}(?:\.\d{1,19})?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+# No GPU holds a pebibyte: a larger size is a typo, and would overflow the float arithmetic of sizing.
+MAX_SIZE_BYTES = 2**50
+# Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
+REFUSED_FLAG_VALUES: dict[str, dict[str, str]] = {
+    "--load-format": {"dummy": "--load-format dummy serves random weights: t4serve's canary and sizing need real ones"},
+}
 _SIZE_UNITS = {
     "b": 1,
     "kb": 10**3,
@@ -196,28 +211,24 @@ class Variable:
 
 def _int_in(lo: int, hi: int | None, example: int) -> Callable[[str, _Context], int]:
     def parse(raw: str, ctx: _Context) -> int:
-        bounds = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
         try:
-            value = int(raw.strip().replace("_", ""))
-        except ValueError:
-            raise _Invalid(f"must be {bounds}", str(example)) from None
-        if value < lo or (hi is not None and value > hi):
-            raise _Invalid(f"must be {bounds}", str(example))
-        return value
+            return untrusted.parse_int(raw, lo, untrusted.MAX_SETTING_INT if hi is None else hi)
+        except untrusted.Untrusted as exc:
+            raise _Invalid(exc.reason, str(example)) from None
 
     return parse
 
 
-def _auto_or_int(lo: int, example: int) -> Callable[[str, _Context], int | None]:
-    inner = _int_in(lo, None, example)
+def _auto_or_int(lo: int, example: int, hi: int | None = None) -> Callable[[str, _Context], int | None]:
+    inner = _int_in(lo, hi, example)
 
     def parse(raw: str, ctx: _Context) -> int | None:
         if raw.strip().lower() == "auto":
             return None
         try:
             return inner(raw, ctx)
-        except _Invalid:
-            raise _Invalid(f'must be "auto" or an integer >= {lo}', str(example)) from None
+        except _Invalid as exc:
+            raise _Invalid(f'must be "auto" or {exc.reason.removeprefix("must be ")}', str(example)) from None
 
     return parse
 
@@ -238,8 +249,9 @@ def parse_size(raw: str) -> int:
     if not match:
         raise ValueError(raw)
     number, unit = match.groups()
-    value = float(number) * _SIZE_UNITS[(unit or "B").lower()]
-    if value < 1:
+    # Decimal, so "2.3GB" is exactly 2,300,000,000 bytes and "1.5" (not a whole byte) is refused, not rounded.
+    value = Decimal(number) * _SIZE_UNITS[(unit or "B").lower()]
+    if value < 1 or value > MAX_SIZE_BYTES or value != value.to_integral_value():
         raise ValueError(raw)
     return int(value)
 
@@ -257,7 +269,9 @@ def _kv_cache_size(raw: str, ctx: _Context) -> int | str | None:
         return parse_size(raw)
     except ValueError:
         raise _Invalid(
-            'must be "auto", "profile" or a size in bytes (units B, KiB, MiB, GiB, KB, MB, GB)', "2.5GiB"
+            'must be "auto", "profile" or a whole number of bytes from 1 B to 1 PiB (units B, KiB, MiB, GiB, KB, MB, '
+            "GB)",
+            "2.5GiB",
         ) from None
 
 
@@ -295,6 +309,10 @@ def _model(raw: str, ctx: _Context) -> ModelChoice:
     if value.lower() in MODEL_ALIASES:
         return ModelChoice(value.lower(), "alias", MODEL_ALIASES[value.lower()])
     if value.startswith(("/", "./", "../", "~/")) or value in (".", ".."):
+        try:
+            untrusted.check_path(value)
+        except untrusted.Untrusted as exc:
+            raise _Invalid(f"must be a usable directory path: {exc.reason}", "/models/gemma") from None
         path = Path(os.path.expanduser(value))
         if not path.is_absolute():
             path = ctx.cwd / path
@@ -332,15 +350,10 @@ def _served_model_name(raw: str, ctx: _Context) -> str:
 
 
 def _host(raw: str, ctx: _Context) -> str:
-    value = raw.strip()
     try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    if re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})*", value):
-        return value
-    raise _Invalid("must be an IP address or a host name to bind", "0.0.0.0")
+        return untrusted.check_host(raw.strip())
+    except untrusted.Untrusted as exc:
+        raise _Invalid(f"{exc.reason} to bind", "0.0.0.0") from None
 
 
 def _path(raw: str, ctx: _Context) -> str:
@@ -348,7 +361,12 @@ def _path(raw: str, ctx: _Context) -> str:
     if not value:
         raise _Invalid("must be a path", "/cache/t4serve")
     path = Path(value)
-    return str(path if path.is_absolute() else ctx.cwd / path)
+    absolute = str(path if path.is_absolute() else ctx.cwd / path)
+    try:
+        # The path goes into supervisord.conf and into file system calls: one line, names the kernel accepts.
+        return untrusted.check_path(absolute)
+    except untrusted.Untrusted as exc:
+        raise _Invalid(f"must be a usable path: {exc.reason}", "/cache/t4serve") from None
 
 
 def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
@@ -358,28 +376,48 @@ def _vllm_args(raw: str, ctx: _Context) -> tuple[str, ...]:
         raise _Invalid(
             f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
         ) from None
-    for arg in args:
-        problem = vllm_flag_conflict(arg)
+    for i, arg in enumerate(args):
+        problem = (
+            vllm_flag_conflict(arg)
+            or _refused_value(arg, args[i + 1] if i + 1 < len(args) else None)
+            or _secret_flag_inside(arg)
+        )
         if problem is not None:
             flag = arg.split("=", 1)[0]
             use = next((v for f, v in CONTROLLED_FLAGS.items() if _names_flag(_canonical_flag(flag), f)), None)
             fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
-            secret = any(_names_flag(_canonical_flag(flag), f) for f in SECRET_FLAGS)
-            raise _Invalid(problem, "--enforce-eager", fix, shown=_flags_only(args) if secret else None)
+            # The message shows T4SERVE_VLLM_ARGS through redact_vllm_args (in _error): no secret value in it.
+            raise _Invalid(problem, "--enforce-eager", fix)
     return tuple(args)
 
 
-def _flags_only(args: list[str]) -> str:
-    """`args` with every value redacted (`--api-key <redacted>`, `--api-key=<redacted>`): which value is the secret
-    depends on vLLM's parser, so none is shown."""
-    shown = []
-    for arg in args:
-        if arg.startswith("-"):
-            flag, eq, _value = arg.partition("=")
-            shown.append(flag + (f"={REDACTED}" if eq else ""))
-        else:
-            shown.append(REDACTED)
-    return " ".join(shown)
+def _refused_value(arg: str, following: str | None) -> str | None:
+    """Why `arg` (with its value glued on by `=`, or the next argument) is refused for its value, or None."""
+    if not arg.startswith("--"):
+        return None
+    name, eq, glued = arg.partition("=")
+    value = glued if eq else following
+    for flag, refused in REFUSED_FLAG_VALUES.items():
+        if _names_flag(_canonical_flag(name), flag) and value is not None and value.strip().lower() in refused:
+            return f"must not contain {flag} {value.strip().lower()}: {refused[value.strip().lower()]}"
+    return None
+
+
+def _secret_flag_inside(arg: str) -> str | None:
+    """A secret flag inside one quoted argument (`' --api-key KEY'`): vLLM would print it back as an unknown one."""
+    if not arg.startswith("-") and untrusted.holds_secret_flag(arg, is_secret_flag):
+        return "must not hold a secret flag inside a quoted argument: the secret would reach vLLM's command line"
+    return None
+
+
+def is_secret_flag(flag: str) -> bool:
+    """`flag` (as written, `--api_key`, an abbreviation) names one of SECRET_FLAGS."""
+    return flag.startswith("--") and any(_names_flag(_canonical_flag(flag), f) for f in SECRET_FLAGS)
+
+
+def redact_vllm_args(raw: str) -> str:
+    """T4SERVE_VLLM_ARGS as any message may show it: every value redacted when a secret flag is among the flags."""
+    return untrusted.redact_flags(raw, is_secret_flag)
 
 
 def vllm_flag_conflict(arg: str) -> str | None:
@@ -418,8 +456,9 @@ def _names_flag(name: str, flag: str) -> bool:
 
 
 def _canonical_flag(flag: str) -> str:
-    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check."""
-    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check. Case is folded
+    too: vLLM refuses `--API-KEY` as unknown, but its refusal would print the value that follows to the log."""
+    return "--" + flag[2:].replace("_", "-").lower() if flag.startswith("--") else flag
 
 
 def _log_level(raw: str, ctx: _Context) -> str:
@@ -430,22 +469,12 @@ def _secret(name: str, what: str, example: str, printable_ascii: bool = False) -
     """The parser of a secret given in the environment (HF_TOKEN, T4SERVE_API_KEY): one word, kept as a Secret."""
 
     def parse(raw: str, ctx: _Context) -> Secret:
-        value = raw.strip()
-        problem = _secret_problem(value, what, printable_ascii)
-        if problem:
-            raise _Invalid(f"must be {problem}", example)
-        return Secret(value, name)
+        try:
+            return Secret(untrusted.check_secret(raw, what, printable_ascii=printable_ascii), name)
+        except untrusted.Untrusted as exc:
+            raise _Invalid(exc.reason, example) from None
 
     return parse
-
-
-def _secret_problem(value: str, what: str, printable_ascii: bool) -> str | None:
-    if any(c.isspace() for c in value):
-        return f"one {what} without whitespace"
-    # An HTTP header carries the key: only visible ASCII survives every client unchanged.
-    if printable_ascii and not all("!" <= c <= "~" for c in value):
-        return f"one {what} of printable ASCII characters"
-    return None
 
 
 def _secret_file(
@@ -456,28 +485,31 @@ def _secret_file(
     def parse(raw: str, ctx: _Context) -> Secret:
         path = Path(_path(raw, ctx))
         try:
-            text = path.read_text(encoding="utf-8")
+            # Bounded and non-blocking: a FIFO or a 10 MB file is refused, not waited on or read whole.
+            text = untrusted.read_text_bounded(path, _SECRET_FILE_MAX_BYTES, "the file")
         except FileNotFoundError:
             raise _Invalid(f"must name an existing file ({path} does not exist)", example) from None
-        except IsADirectoryError:
-            raise _Invalid(f"must name a file ({path} is a directory)", example) from None
-        except PermissionError:
-            reason = f"must name a file readable by uid {os.getuid()} ({path} is not readable)"
-            raise _Invalid(reason, example) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _Invalid(f"must name a readable UTF-8 file ({type(exc).__name__})", example) from None
-        value = text.strip()
-        if not value:
+        except untrusted.Untrusted as exc:
+            if not os.access(path, os.R_OK) and path.exists():
+                raise _Invalid(f"must name a file readable by uid {os.getuid()} ({path} is not readable)", example) \
+                    from None
+            raise _Invalid(f"must name a readable UTF-8 file holding the {what}: {exc.reason}", example) from None
+        if not text.strip():
             raise _Invalid(f"must name a file holding the {what} ({path} is empty)", example)
-        if any(c.isspace() for c in value):
+        if any(c.isspace() for c in text.strip()):
             raise _Invalid(f"must name a file holding one {what} ({path} holds whitespace inside)", example)
-        if _secret_problem(value, what, printable_ascii):
-            raise _Invalid(f"must name a file holding one {what} of printable ASCII characters ({path})", example)
+        try:
+            value = untrusted.check_secret(text, what, printable_ascii=printable_ascii)
+        except untrusted.Untrusted as exc:
+            reason = exc.reason.removeprefix("must be ")
+            raise _Invalid(f"must name a file holding {reason} ({path})", example) from None
         return Secret(value, f"{name}={path}")
 
     return parse
 
 
+# A secret file holds one token of at most MAX_SECRET_CHARS plus a newline; a larger file is not a secret file.
+_SECRET_FILE_MAX_BYTES = 64 * 1024
 _token = _secret("HF_TOKEN", "token", "hf_... (from https://huggingface.co/settings/tokens)")
 _token_file = _secret_file("HF_TOKEN_FILE", "token", "/run/secrets/hf_token")
 API_KEY_EXAMPLE = "$(openssl rand -hex 32)"
@@ -497,6 +529,11 @@ class _SecretPair:
 
 _API_KEY_PAIR = _SecretPair("T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE", _api_key_file, "key")
 _SECRET_PAIRS = (_SecretPair("HF_TOKEN", "HF_TOKEN_FILE", _token_file, "token"), _API_KEY_PAIR)
+
+
+# Far above any context or batch a T4-class GPU serves; bounds that keep the sizing arithmetic in range.
+MAX_MODEL_LEN_LIMIT = 1 << 24
+MAX_NUM_SEQS_LIMIT = 1 << 16
 
 
 def _default_hf_home(ctx: _Context) -> str:
@@ -537,12 +574,12 @@ VARIABLES: tuple[Variable, ...] = (
         "T4SERVE_MAX_MODEL_LEN", "max_model_len", None, "auto",
         "Longest request in tokens (prompt + output); `auto`: 16384 (the published T4 setup), capped by the model "
         "and by what one request fits in the KV cache.",
-        _auto_or_int(16, 16384), "16384", "--max-model-len",
+        _auto_or_int(16, 16384, MAX_MODEL_LEN_LIMIT), "16384", "--max-model-len",
     ),
     Variable(
         "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
         "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once (at most 256).",
-        _auto_or_int(1, 8), "8", "--max-num-seqs",
+        _auto_or_int(1, 8, MAX_NUM_SEQS_LIMIT), "8", "--max-num-seqs",
     ),
     Variable(
         "T4SERVE_MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", None, "auto",
@@ -709,11 +746,14 @@ class Settings:
             else:
                 raw, origin = var.default, "default"
             origins[var.name] = origin
+            if raw is None and var.default_from is not None:
+                # A default made from the environment (HF_HOME from XDG_CACHE_HOME) is checked like a value.
+                raw = var.default_from(ctx)
             if raw is None:
-                values[var.field] = var.default_from(ctx) if var.default_from else None
+                values[var.field] = None
                 continue
             try:
-                values[var.field] = var.parse(raw, ctx)
+                values[var.field] = var.parse(_checked_text(var, raw), ctx)
             except _Invalid as exc:
                 label = (override_labels or {}).get(var.name)
                 errors.append(_error(var, raw, origin, exc.reason, exc.example, exc.fix, label, exc.shown))
@@ -841,6 +881,14 @@ def client_api_key(environ: Mapping[str, str], fallback: str) -> str | None:
     return key.reveal() if key is not None else environ.get(fallback) or None
 
 
+def _checked_text(var: Variable, raw: str) -> str:
+    """Every value, before its parser: no control characters (T4SERVE_VLLM_ARGS may span lines), valid UTF-8."""
+    try:
+        return untrusted.check_text(raw, "", allow_blanks=var.field == "vllm_args" or var.secret)
+    except untrusted.Untrusted as exc:
+        raise _Invalid(exc.reason, var.example) from None
+
+
 def _error(
     var: Variable,
     raw: str,
@@ -851,7 +899,14 @@ def _error(
     label: str | None = None,
     shown: str | None = None,
 ) -> ConfigError:
-    shown = REDACTED if var.secret else raw if shown is None else shown
+    if var.field == "vllm_args":
+        # Parts of the message quote a flag or an argument: none may be a secret's value.
+        for secret in untrusted.secret_values(raw, is_secret_flag):
+            reason = reason.replace(secret, REDACTED)
+            fix = fix.replace(secret, REDACTED) if fix is not None else None
+    if shown is None:
+        text = redact_vllm_args(raw) if var.field == "vllm_args" else raw
+        shown = REDACTED if var.secret else untrusted.printable(text)
     given_as = label or var.option
     where = f" (from {given_as})" if origin == "flag" and given_as else ""
     if fix is None and origin == "flag" and label:

@@ -159,7 +159,7 @@ def test_hang_makes_healthcheck_unhealthy(docker_bin: str, start: Start) -> None
     hc = dexec(docker_bin, name, "t4serve", "healthcheck")
     took = time.monotonic() - began
     print(f"\nhealthcheck on a hung server took {took:.1f} s: {hc.stderr.strip()}")
-    assert hc.returncode == 1 and "did not answer within 3 s" in hc.stderr and took < 10
+    assert hc.returncode == 1 and "did not answer within 6 s" in hc.stderr and took < 10
 
 
 def test_sigterm_drains_in_flight_request_within_grace(docker_bin: str, start: Start) -> None:

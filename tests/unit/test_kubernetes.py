@@ -41,7 +41,7 @@ from local_http import Canned, serve
 
 from t4serve import hostmem, preflight
 from t4serve.checkpoint import ALIASES, builtin_facts
-from t4serve.commands.healthcheck import PROBE_TIMEOUT_S
+from t4serve.commands.healthcheck import DEADLINE_S
 from t4serve.render import SupervisorInputs, render_supervisord_conf
 from t4serve.settings import MODEL_ALIASES, VARIABLES_BY_NAME, Settings
 from t4serve.supervise.startbudget import cold_start_budget
@@ -239,10 +239,11 @@ def deployment_problems(objs: list[Obj]) -> list[str]:
         problems.append(f"probes: startup and readiness must run {HEALTHCHECK}")
     if _exec(live) != LIVENESS:
         problems.append(f"probes: liveness must run {LIVENESS} (the plain healthcheck fails while loading)")
-    for name, probe, calls in (("startup", startup, 2), ("readiness", ready, 2), ("liveness", live, 1)):
-        if probe is not None and int(probe.get("timeoutSeconds", 1)) < calls * PROBE_TIMEOUT_S + PROBE_START_S:
-            problems.append(f"probes: {name} timeoutSeconds {probe.get('timeoutSeconds')} < {calls} x "
-                            f"{PROBE_TIMEOUT_S} s + {PROBE_START_S} s")  # fmt: skip
+    # The healthcheck's deadline bounds the whole check, however many requests it sends.
+    for name, probe in (("startup", startup), ("readiness", ready), ("liveness", live)):
+        if probe is not None and int(probe.get("timeoutSeconds", 1)) < DEADLINE_S + PROBE_START_S:
+            problems.append(f"probes: {name} timeoutSeconds {probe.get('timeoutSeconds')} < the healthcheck's "
+                            f"deadline {DEADLINE_S} s + {PROBE_START_S} s")  # fmt: skip
     worst = worst_start_s(settings)
     if startup is None or probe_budget_s(startup) < worst:
         budget = probe_budget_s(startup) if startup else 0
@@ -447,7 +448,7 @@ def test_the_rendered_probes_tell_loading_ready_and_hung_apart(rendered: dict[st
         state(server.port, "ready")
         assert _run_probe(readiness, tmp_path).returncode == 0
         assert _run_probe(liveness, tmp_path).returncode == 0
-    with serve({"/health": Canned(delay=PROBE_TIMEOUT_S + 2)}) as server:
+    with serve({"/health": Canned(delay=DEADLINE_S + 2)}) as server:
         state(server.port, "ready")
         began = time.monotonic()
         hung = _run_probe(liveness, tmp_path)

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from t4serve.errors import ConfigError
+from t4serve.untrusted import Untrusted, parse_int
 
 # The seed formula stays collision-free while concurrency and repeat each fit in two decimal digits.
 MAX_CONCURRENCY = 99
 MAX_REPEATS = 99
+# Longer prompts than any model t4serve serves takes (a typo, or arithmetic that overflows further on).
+MAX_INPUT_LEN = 1 << 24
 
 
 @dataclass(frozen=True, order=True)
@@ -60,13 +63,14 @@ def validate(inputs: list[int], concurrencies: list[int], repeats: int) -> None:
         )
 
 
-def parse_int_list(raw: str, flag: str) -> list[int]:
+def parse_int_list(raw: str, flag: str, hi: int = MAX_INPUT_LEN) -> list[int]:
+    """Whole numbers from 1 to `hi`, comma-separated."""
     try:
-        return [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError:
+        return [parse_int(part, 1, hi) for part in raw.split(",") if part.strip()]
+    except Untrusted as exc:
         raise ConfigError(
-            f"{flag} {raw!r} is not a comma-separated list of whole numbers",
-            found=raw,
-            required="integers separated by commas",
+            f"{flag} {raw[:200]!r} is not a comma-separated list of whole numbers from 1 to {hi:,}",
+            found=f"{raw[:200]!r}: a value {exc.reason}",
+            required=f"integers from 1 to {hi:,} separated by commas",
             fix=f"e.g. {flag} " + ("512,4096" if flag == "--inputs" else "1,4,8,16"),
         ) from None

@@ -20,8 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +29,8 @@ from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
+from t4serve.httpclient import HttpFailure, fetch
 from t4serve.settings import Secret, client_api_key, secret_environment
-from t4serve.supervise.canary import auth_headers
 
 LOG_TAIL_LINES = 15
 
@@ -185,32 +183,35 @@ def run_cell(
 
 def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
     """The first model id the server lists at /v1/models (what requests must name)."""
+    not_listing = {
+        "required": "a running vLLM OpenAI server",
+        "fix": "start it (`t4serve serve`) or drop --base-url to let `t4serve bench` start the servers",
+    }
     try:
-        request = urllib.request.Request(f"{url}/v1/models", headers=auth_headers(api_key))
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            data = json.load(resp)
-        return str(data["data"][0]["id"])
-    except urllib.error.HTTPError as exc:
-        if exc.code != 401:
-            raise PreflightError(
-                f"the server at {url} does not list a model",
-                found=f"GET {url}/v1/models: HTTP {exc.code}",
-                required="a running vLLM OpenAI server",
-                fix="start it (`t4serve serve`) or drop --base-url to let `t4serve bench` start the servers",
-            ) from None
+        answer = fetch("GET", f"{url}/v1/models", deadline_s=timeout, api_key=api_key)
+        if answer.status == 200:
+            data = answer.json("the answer")
+            first = data["data"][0]["id"] if isinstance(data, dict) and isinstance(data.get("data"), list) else None
+            if isinstance(first, str) and first:
+                return first
+    except HttpFailure as exc:
+        raise PreflightError(
+            f"the server at {url} does not list a model", found=f"GET {url}/v1/models: {exc.reason}", **not_listing
+        ) from None
+    except (LookupError, TypeError):
+        pass
+    if answer.status == 401:
         raise PreflightError(
             f"the server at {url} wants an API key {'other than the one given' if api_key else 'and none was given'}",
             found=f"GET {url}/v1/models: HTTP 401 Unauthorized",
             required="the server's key",
             fix="set T4SERVE_API_KEY_FILE (or T4SERVE_API_KEY) to the file holding the server's key",
-        ) from None
-    except (OSError, ValueError, KeyError, IndexError) as exc:
-        raise PreflightError(
-            f"the server at {url} does not list a model",
-            found=f"GET {url}/v1/models: {type(exc).__name__}: {exc}",
-            required="a running vLLM OpenAI server",
-            fix="start it (`t4serve serve`) or drop --base-url to let `t4serve bench` start the servers",
-        ) from None
+        )
+    moved = f" (a redirect to {answer.location!r}, not followed: it would carry the key)" if answer.redirect else ""
+    found = f"GET {url}/v1/models: HTTP {answer.status}{moved}" + (
+        f": {answer.text(200)}" if answer.status == 200 else ""
+    )
+    raise PreflightError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
@@ -224,8 +225,8 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Pat
                 required="a server that loads and answers /health",
                 fix="read the log above; `t4serve preflight` names most causes",
             )
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
-            if resp.status == 200:
+        with contextlib.suppress(HttpFailure):
+            if fetch("GET", f"{url}/health", deadline_s=5.0).status == 200:
                 return
         time.sleep(1.0)
     raise PreflightError(

@@ -4,11 +4,45 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 
 from t4serve.errors import ConfigError
+from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
+
+# Seconds a server may take to load or a run may last: a week is beyond any sweep.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: Any) -> float:
+    """A finite number of seconds above 0 (nan, inf and 1e309 are refused, as click's FloatRange does not)."""
+    try:
+        return parse_float(str(value), 0.0, MAX_TIMEOUT_S, lo_open=True)
+    except Untrusted as exc:
+        raise click.BadParameter(f"{str(value)[:40]!r} {exc.reason}", ctx, param) from None
+
+
+def _output_folder(output: Path) -> Path:
+    """The result folder, created now: a new or empty folder (never one holding results), a path the system takes."""
+    try:
+        check_path(str(output), "--output")
+        if output.exists() and not output.is_dir():
+            raise Untrusted(f"--output {output} is a file, not a folder")
+        if output.is_dir() and any(output.iterdir()):
+            raise Untrusted(f"--output {output} already holds files (results are never overwritten)")
+        output.mkdir(parents=True, exist_ok=True)
+    except (Untrusted, OSError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else f"cannot create {output}: {exc.strerror or exc}"
+        raise ConfigError(
+            f"--output cannot hold the results: {reason}",
+            found=str(output)[:300],
+            required="a new or empty folder in a writable place",
+            fix="give --output a new folder name, or leave it out for bench-DATE in this folder",
+        ) from None
+    return output
 
 
 def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = False) -> dict[str, str]:
@@ -39,10 +73,14 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--models", default="qat,bf16", show_default=True, help="Checkpoints to compare (aliases or repo ids).")
 @click.option("--inputs", default="512,4096", show_default=True, help="Prompt lengths in tokens.")
 @click.option("--concurrency", default="1,4,8,16", show_default=True, help="Concurrent streams per cell.")
-@click.option("--repeats", default=3, show_default=True, help="Runs per cell; the seed changes per repeat.")
-@click.option("--output-len", default=128, show_default=True, help="Generated tokens per request (--ignore-eos).")
-@click.option("--num-prompts", type=int, default=None, help="Requests per cell [default: max(4 x concurrency, 8)].")
-@click.option("--num-warmups", default=2, show_default=True, help="Warm-up requests before each run.")
+@click.option("--repeats", type=click.IntRange(1, 99), default=3, show_default=True,
+              help="Runs per cell; the seed changes per repeat.")
+@click.option("--output-len", type=click.IntRange(1, 1 << 20), default=128, show_default=True,
+              help="Generated tokens per request (--ignore-eos).")
+@click.option("--num-prompts", type=click.IntRange(1, 1 << 20), default=None,
+              help="Requests per cell [default: max(4 x concurrency, 8)].")
+@click.option("--num-warmups", type=click.IntRange(0, 1 << 16), default=2, show_default=True,
+              help="Warm-up requests before each run.")
 @click.option(
     "--base-url",
     default=None,
@@ -52,8 +90,10 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
 @click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
-@click.option("--ready-timeout", default=1800.0, show_default=True, help="Seconds a started server may take to load.")
-@click.option("--cell-timeout", default=3600.0, show_default=True, help="Seconds one run may take before it fails.")
+@click.option("--ready-timeout", default="1800", callback=_seconds, show_default=True,
+              help="Seconds a started server may take to load.")
+@click.option("--cell-timeout", default="3600", callback=_seconds, show_default=True,
+              help="Seconds one run may take before it fails.")
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -84,29 +124,50 @@ def command(
     from t4serve.bench.runner import BenchOptions, run_bench
 
     model_list = [m.strip() for m in models.split(",") if m.strip()]
-    if not model_list or len(set(model_list)) != len(model_list):
+    if not model_list or len(set(model_list)) != len(model_list) or not all(_one_word(m) for m in model_list):
         raise ConfigError(
             f"--models {models!r} must name one or more distinct checkpoints",
             found=models,
-            required="e.g. qat,bf16",
+            required="one or more distinct aliases, repo ids or folders, each one word without control characters; "
+            "e.g. qat,bf16",
             fix="--models qat,bf16",
         )
     ceilings: dict[str, float] = {}
     for key, value in _pairs(ceiling, "--ceiling", model_list).items():
         try:
-            ceilings[key] = float(value)
-        except ValueError:
+            ceilings[key] = parse_float(value, 0.0, 1e9, lo_open=True)
+        except Untrusted as exc:
             raise ConfigError(
-                f"--ceiling {key}={value!r} is not a number", found=value, required="tok/s", fix=f"--ceiling {key}=60.3"
+                f"--ceiling {key}={value[:40]!r} {exc.reason}",
+                found=value[:200],
+                required="tok/s, a finite number above 0",
+                fix=f"--ceiling {key}=60.3",
             ) from None
+    try:
+        vllm_command = shlex.split(vllm)
+    except ValueError as exc:
+        vllm_command = []
+        reason = str(exc)
+    else:
+        reason = "it names no command"
+    if not vllm_command:
+        raise ConfigError(
+            f"--vllm {vllm[:200]!r} is not a shell-quoted command: {reason}",
+            found=vllm[:200],
+            required="a command, shell-quoted, e.g. vllm or '/opt/venv/bin/python -m vllm.entrypoints.cli.main'",
+            fix="--vllm vllm",
+        )
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    parsed_inputs = grid.parse_int_list(inputs, "--inputs")
+    concurrencies = grid.parse_int_list(concurrency, "--concurrency", grid.MAX_CONCURRENCY)
+    grid.validate(parsed_inputs, concurrencies, repeats)
     opts = BenchOptions(
         models=model_list,
-        inputs=grid.parse_int_list(inputs, "--inputs"),
-        concurrencies=grid.parse_int_list(concurrency, "--concurrency"),
+        inputs=parsed_inputs,
+        concurrencies=concurrencies,
         repeats=repeats,
         output_len=output_len,
-        output=output or Path(f"bench-{stamp}"),
+        output=_output_folder(output or Path(f"bench-{stamp}")),
         num_prompts=num_prompts,
         base_urls=_pairs(base_url, "--base-url", model_list),
         tokenizers=_pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True),
@@ -122,6 +183,14 @@ def command(
     if failed:
         click.echo(f"t4serve bench: {failed} of {len(runs_file.runs)} runs failed (see report.md)", err=True)
         ctx.exit(1)
+
+
+def _one_word(name: str) -> bool:
+    try:
+        check_text(name, "")
+    except Untrusted:
+        return False
+    return not any(c.isspace() for c in name)
 
 
 @command.command("compare")

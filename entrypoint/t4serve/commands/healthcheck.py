@@ -2,32 +2,34 @@
 `--liveness` asks a narrower question for Kubernetes' livenessProbe: should this container be restarted? Only a
 server that was ready and no longer answers /health (hung, or its engine dead) says no; a loading one never does.
 
-Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models with short timeouts;
-/v1/models carries the API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set.
-During a long load it prints the phase, how long it has lasted and the estimate to ready. It imports neither torch
-nor vLLM and never exits with anything but 0 or 1 (Docker reserves other codes).
+Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models; /v1/models carries the
+API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set. `--timeout` is a wall-clock
+deadline over the whole check, whatever the server does (t4serve.httpclient). During a long load it prints the phase,
+how long it has lasted and the estimate to ready. It imports neither torch nor vLLM, and never exits with anything but
+0 or 1 (Docker reserves other codes): a bad option, state file or key setting is "unhealthy" with its reason.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 import click
 
 from t4serve.errors import ConfigError, T4ServeError
+from t4serve.httpclient import Answer, HttpFailure, fetch
 from t4serve.settings import VARIABLES_BY_NAME, client_api_key
 from t4serve.supervise import history
-from t4serve.supervise.canary import auth_headers
 from t4serve.supervise.run_vllm import local_url
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
+from t4serve.untrusted import Untrusted, parse_float
 
-PROBE_TIMEOUT_S = 3.0
+# The whole check (state file, /health, /v1/models) ends within this many seconds; Docker's own timeout is 10 s.
+DEADLINE_S = 6.0
+MAX_DEADLINE_S = 600.0
 
 
 def default_state_dir() -> Path:
@@ -70,50 +72,54 @@ def loading_line(state: ServeState, now: float) -> str:
     return line
 
 
-def _get_json(url: str, timeout: float, api_key: str | None = None) -> tuple[int, object]:
-    request = urllib.request.Request(url, headers=auth_headers(api_key))
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        body = response.read()
-        status = int(response.status)
-    try:
-        return status, json.loads(body.decode("utf-8", errors="replace")) if body else None
-    except json.JSONDecodeError:
-        return status, None
+def _get(url: str, deadline: float, api_key: str | None = None) -> Answer:
+    return fetch("GET", url, deadline_s=deadline - time.monotonic(), api_key=api_key)
 
 
 def probe(state: ServeState, timeout: float, api_key: str | None = None) -> str | None:
-    """None when /health answers 200 and /v1/models lists the served model; else why not."""
+    """None when /health answers 200 and /v1/models lists the served model, both within `timeout` seconds in all;
+    else why not."""
+    deadline = time.monotonic() + timeout
     base = local_url(state.host, state.port)
     try:
-        status, _ = _get_json(f"{base}/health", timeout)
-    except urllib.error.HTTPError as exc:
-        return f"{base}/health answered HTTP {exc.code} (vLLM's engine is dead or stopping)"
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{base}/health did not answer within {timeout:g} s ({reason})"
-    if status != 200:
-        return f"{base}/health answered HTTP {status}"
+        health = _get(f"{base}/health", deadline)
+    except HttpFailure as exc:
+        return f"{base}/health did not answer within {timeout:g} s ({exc.reason})"
+    if health.status != 200:
+        dead = " (vLLM's engine is dead or stopping)" if health.status >= 500 else ""
+        return f"{base}/health answered HTTP {health.status}{_moved(health)}{dead}"
     try:
-        status, body = _get_json(f"{base}/v1/models", timeout, api_key)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            sent = "a key that the server refuses" if api_key else "no API key"
-            return (
-                f"{base}/v1/models answered HTTP 401 Unauthorized to {sent}; give this command the server's key: "
-                "T4SERVE_API_KEY_FILE (or T4SERVE_API_KEY) as the container has it"
-            )
-        return f"{base}/v1/models answered HTTP {exc.code}"
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        return f"{base}/v1/models did not answer within {timeout:g} s ({getattr(exc, 'reason', exc)})"
+        models = _get(f"{base}/v1/models", deadline, api_key)
+    except HttpFailure as exc:
+        return f"{base}/v1/models did not answer within {timeout:g} s ({exc.reason})"
+    if models.status == 401:
+        sent = "a key that the server refuses" if api_key else "no API key"
+        return (
+            f"{base}/v1/models answered HTTP 401 Unauthorized to {sent}; give this command the server's key: "
+            "T4SERVE_API_KEY_FILE (or T4SERVE_API_KEY) as the container has it"
+        )
+    if models.status != 200:
+        return f"{base}/v1/models answered HTTP {models.status}{_moved(models)}"
+    try:
+        body: Any = models.json("the answer")
+    except HttpFailure as exc:
+        return f"{base}/v1/models answered something that is not a model list ({exc.reason})"
     data = body.get("data") if isinstance(body, dict) else None
     ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
     if state.served_model_name not in ids:
-        return f"{base}/v1/models does not list {state.served_model_name!r} (it lists {ids})"
+        listed = repr(ids) if len(repr(ids)) <= 200 else repr(ids)[:197] + "..."
+        return f"{base}/v1/models does not list {state.served_model_name!r} (it lists {listed})"
     return None
 
 
+def _moved(answer: Answer) -> str:
+    if not answer.redirect:
+        return ""
+    return f", a redirect to {answer.location!r} that is not followed (it would carry the key)"
+
+
 def check(
-    state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None, api_key: str | None = None
+    state_dir: Path, timeout: float = DEADLINE_S, now: float | None = None, api_key: str | None = None
 ) -> tuple[int, str]:
     """(exit code, the one line to print)."""
     try:
@@ -137,7 +143,7 @@ def check(
     return 0, f"ready: {state.served_model_name} answers on port {state.port}"
 
 
-def check_liveness(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None) -> tuple[int, str]:
+def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | None = None) -> tuple[int, str]:
     """(exit code, the one line to print): 1 only where a restart of the container is the cure.
 
     Loading phases are alive however long they last (the startupProbe bounds the first start; a vLLM restart inside
@@ -157,39 +163,62 @@ def check_liveness(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float
         return 0, f"alive: {PHASE_LABELS[state.phase]} for {fmt_duration(t - state.phase_began_at())}"
     base = local_url(state.host, state.port)
     try:
-        status, _ = _get_json(f"{base}/health", timeout)
-    except urllib.error.HTTPError as exc:
-        return 1, f"not alive: ready, but {base}/health answered HTTP {exc.code} (vLLM's engine is dead)"
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return 1, f"not alive: ready, but {base}/health did not answer within {timeout:g} s ({reason}): hung"
-    if status != 200:
-        return 1, f"not alive: ready, but {base}/health answered HTTP {status}"
+        health = _get(f"{base}/health", time.monotonic() + timeout)
+    except HttpFailure as exc:
+        return 1, f"not alive: ready, but {base}/health did not answer within {timeout:g} s ({exc.reason}): hung"
+    if health.status != 200:
+        dead = " (vLLM's engine is dead)" if health.status >= 500 else ""
+        return 1, f"not alive: ready, but {base}/health answered HTTP {health.status}{_moved(health)}{dead}"
     return 0, f"alive: {base}/health answers"
 
 
-@click.command("healthcheck")
+class _ZeroOrOneCommand(click.Command):
+    """A command whose usage errors (a bad --timeout, an unknown option) are an "unhealthy" exit 1 with the reason,
+    not click's exit 2: Docker reads a healthcheck's exit code as 0 healthy, 1 unhealthy, and reserves the rest."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            ctx.meta["t4serve_usage_error"] = exc.format_message()
+            ctx.params = {"state_dir": None, "timeout": str(DEADLINE_S), "liveness": False}
+            return []
+
+    def invoke(self, ctx: click.Context) -> Any:
+        problem = ctx.meta.get("t4serve_usage_error")
+        if problem is not None:
+            print(f"t4serve healthcheck: unhealthy: {problem}", file=sys.stderr, flush=True)
+            return 1
+        return super().invoke(ctx)
+
+
+@click.command("healthcheck", cls=_ZeroOrOneCommand)
 @state_dir_option
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=PROBE_TIMEOUT_S, show_default=True)
+@click.option(
+    "--timeout",
+    default=str(DEADLINE_S),
+    show_default=True,
+    help="Seconds the whole check may take (a wall-clock deadline), from 0.1 to 600.",
+)
 @click.option(
     "--liveness",
     is_flag=True,
     help="Answer whether the container should be restarted (Kubernetes livenessProbe): 1 only when a ready server "
     "stopped answering /health; a loading one is alive.",
 )
-def command(state_dir: Path | None, timeout: float, liveness: bool) -> int:
+def command(state_dir: Path | None, timeout: str, liveness: bool) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
-    if liveness:
-        code, line = check_liveness(state_dir or default_state_dir(), timeout)
-        print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
-        return code
+    folder = state_dir or default_state_dir()
     try:
-        # Else the VLLM_API_KEY a user gave vLLM directly.
-        api_key = client_api_key(os.environ, "VLLM_API_KEY")
+        deadline = parse_float(timeout, 0.1, MAX_DEADLINE_S)
+        # Else the VLLM_API_KEY a user gave vLLM directly. Liveness sends no key (/health is open).
+        api_key = None if liveness else client_api_key(os.environ, "VLLM_API_KEY")
+    except Untrusted as exc:
+        code, line = 1, f"unhealthy: --timeout {timeout[:40]!r} {exc.reason}"
     except ConfigError as exc:
         # Docker reads only 0 and 1 from a healthcheck: an unusable key setting is "unhealthy", with its reason.
         code, line = 1, f"cannot read the API key: {exc.message()}"
     else:
-        code, line = check(state_dir or default_state_dir(), timeout, api_key=api_key)
+        code, line = check_liveness(folder, deadline) if liveness else check(folder, deadline, api_key=api_key)
     print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
     return code

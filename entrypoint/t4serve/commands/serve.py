@@ -79,25 +79,34 @@ def command(settings: Settings) -> int:
             fix="run the t4serve image, or `pip install supervisor` into the venv that holds t4serve",
         )
     state_dir = Path(settings.state_dir)
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # A request left by the listener of an earlier run of this container must not decide this run's exit code.
-    (state_dir / EXIT_REQUEST_FILE).unlink(missing_ok=True)
-    spec = run_spec(plan, settings)
-    spec_path = write_run_spec(state_dir, spec)
-    write_state(state_dir, new_state(spec, started_at=started_at))
-    conf = render_supervisord_conf(
-        SupervisorInputs(
-            t4serve=(sys.executable, "-m", "t4serve"),
-            state_dir=str(state_dir),
-            spec_path=str(spec_path),
-            shutdown_timeout=settings.shutdown_timeout,
-            max_restarts=settings.max_restarts,
-            restart_window=settings.restart_window,
-            telemetry_host="0.0.0.0",
-            telemetry_port=settings.telemetry_port,
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A request left by the listener of an earlier run of this container must not decide this run's exit code.
+        (state_dir / EXIT_REQUEST_FILE).unlink(missing_ok=True)
+        spec = run_spec(plan, settings)
+        spec_path = write_run_spec(state_dir, spec)
+        write_state(state_dir, new_state(spec, started_at=started_at))
+        conf = render_supervisord_conf(
+            SupervisorInputs(
+                t4serve=(sys.executable, "-m", "t4serve"),
+                state_dir=str(state_dir),
+                spec_path=str(spec_path),
+                shutdown_timeout=settings.shutdown_timeout,
+                max_restarts=settings.max_restarts,
+                restart_window=settings.restart_window,
+                telemetry_host="0.0.0.0",
+                telemetry_port=settings.telemetry_port,
+            )
         )
-    )
-    conf_path = state_dir / SUPERVISORD_CONF_FILE
-    write_atomic(conf_path, conf, mode=0o600)
+        conf_path = state_dir / SUPERVISORD_CONF_FILE
+        write_atomic(conf_path, conf, mode=0o600)
+    except OSError as exc:
+        # Preflight checks the folder's disk; a file in its place, a read-only mount or a full disk shows here.
+        raise PreflightError(
+            "cannot write t4serve's state folder",
+            found=f"{exc.filename or state_dir}: {exc.strerror or exc}",
+            required=f"a folder writable by uid {os.getuid()} at T4SERVE_STATE_DIR ({state_dir})",
+            fix="point T4SERVE_STATE_DIR at a writable folder (the default /tmp/t4serve), or mount one there",
+        ) from None
     _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if settings.telemetry_port else ''}listener)")
     return pid1.run([supervisord, "-n", "-c", str(conf_path)], state_dir, child_environment(settings, dict(os.environ)))

@@ -369,6 +369,14 @@ def nearest_existing_folder(path: str) -> str:
     return str(current)
 
 
+def _blocked(path: str, folder: str) -> bool:
+    """Something that is not a folder sits on the way from `folder` (the nearest existing one) down to `path`."""
+    relative = os.path.relpath(os.path.abspath(path), folder)
+    if relative == ".":
+        return False
+    return os.path.lexists(os.path.join(folder, relative.split(os.sep, 1)[0]))
+
+
 def filesystem_type(folder: str, device: int, mounts: list[Mount]) -> str | None:
     """The mount holding `folder`: the deepest mount point above it, preferring mounts of the same device."""
     real = os.path.realpath(folder)
@@ -403,7 +411,8 @@ def probe_disk(role: str, path: str, mounts: list[Mount]) -> DiskFacts:
         # f_bavail, not f_bfree: the blocks reserved for root are not there for the non-root server.
         free_bytes=stat.f_bavail * stat.f_frsize,
         total_bytes=stat.f_blocks * stat.f_frsize,
-        writable=os.access(folder, os.W_OK),
+        # A file (or a dangling link) where a folder of `path` must go blocks the write however free the disk is.
+        writable=os.access(folder, os.W_OK) and not _blocked(path, folder),
         filesystem_id=device,
         fs_type=filesystem_type(folder, device, mounts),
     )

@@ -3,7 +3,8 @@
 `run_canary(base_url, model, dtype, api_key=...)` POSTs `17*23=` to /v1/completions at temperature 0 (with the bearer
 key when the server has one) and judges the answer with `judge_completion`: non-empty text, finite log-probabilities,
 and "391" in the text. A wrong or garbled answer on
-float16 gets the fp16-overflow hint. Standard library only: it runs in the wrapper beside vLLM.
+float16 gets the fp16-overflow hint. It goes through t4serve.httpclient: a deadline over the whole request, a cap on
+the answer's size, no redirects followed with the key.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import json
 import math
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from t4serve.httpclient import HttpFailure, fetch
 from t4serve.supervise.state import CanaryRecord
 
 PROMPT = "17*23="
@@ -76,18 +76,6 @@ def judge_completion(body: Any) -> Verdict:
     return Verdict(True, text, None)
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The header vLLM's API-key middleware checks (`Authorization: Bearer KEY`); none without a key."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def _post(url: str, payload: dict[str, Any], timeout: float, api_key: str | None) -> Any:
-    headers = {"Content-Type": "application/json", **auth_headers(api_key)}
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read().decode("utf-8", errors="replace"))
-
-
 def run_canary(
     base_url: str, model: str, dtype: str | None, *, api_key: str | None = None, timeout: float = TIMEOUT_S
 ) -> CanaryRecord:
@@ -95,14 +83,18 @@ def run_canary(
     payload = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "logprobs": 1}
     began = time.monotonic()
     try:
-        verdict = judge_completion(_post(f"{base_url}/v1/completions", payload, timeout, api_key))
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", errors="replace")[:300]
-        verdict = Verdict(False, None, f"/v1/completions answered HTTP {exc.code}: {detail}")
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        verdict = Verdict(False, None, f"/v1/completions did not answer within {timeout:g} s: {exc}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        verdict = Verdict(False, None, f"/v1/completions answered something that is not JSON: {exc}")
+        answer = fetch("POST", f"{base_url}/v1/completions", deadline_s=timeout, api_key=api_key, json_body=payload)
+    except HttpFailure as exc:
+        verdict = Verdict(False, None, f"/v1/completions did not answer within {timeout:g} s: {exc.reason}")
+    else:
+        if answer.status != 200:
+            moved = f" (a redirect to {answer.location}, not followed)" if answer.redirect else ""
+            verdict = Verdict(False, None, f"/v1/completions answered HTTP {answer.status}{moved}: {answer.text()}")
+        else:
+            try:
+                verdict = judge_completion(answer.json("the answer"))
+            except HttpFailure as exc:
+                verdict = Verdict(False, None, f"/v1/completions answered something that is not JSON: {exc.reason}")
     hint = None
     # Garbage or NaN on float16 is the classic overflow; a transport failure is not a numerics problem.
     if not verdict.ok and verdict.text is not None and (dtype or "").lower() in ("float16", "half", "fp16"):

@@ -16,8 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -53,10 +51,11 @@ def local_url(host: str, port: int) -> str:
 
 
 def health_ok(base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
+    from t4serve.httpclient import HttpFailure, fetch
+
     try:
-        with urllib.request.urlopen(f"{base_url}/health", timeout=timeout) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError):
+        return fetch("GET", f"{base_url}/health", deadline_s=timeout).status == 200
+    except HttpFailure:
         return False
 
 

@@ -3,7 +3,9 @@
 `RunSpec` (run-spec.json) is written once by `serve`: what the vLLM wrapper runs and what the plan predicted.
 `ServeState` (state.json) is rewritten by the wrapper as phases change; healthcheck and status only read it.
 `ExitRequest` (exit-request.json) is written by the listener when it ends supervisord, for PID 1 to exit with.
-Every write is atomic (temp file in the same folder, fsync, rename), so a reader never sees half a file.
+Every write is atomic (temp file in the same folder, fsync, rename), so a reader never sees half a file. Every read
+treats the file as untrusted (t4serve.untrusted: a bounded regular file, bounded JSON, finite numbers), and a state
+is checked for what its readers rely on (known phases, a host and port to reach) before anyone uses it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any, TypeVar
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
+from t4serve.untrusted import Untrusted, check_host, check_int, check_text, load_json_file
 
 STATE_SCHEMA = 1
+# state.json holds 40 log lines and a few figures: some KB. A run spec holds the argv. Anything past this is not ours.
+MAX_STATE_BYTES = 1 << 20
 STATE_FILE = "state.json"
 RUN_SPEC_FILE = "run-spec.json"
 EXIT_REQUEST_FILE = "exit-request.json"
@@ -181,7 +186,10 @@ T = TypeVar("T")
 
 def _load(cls: type[T], path: Path, what: str) -> T:
     try:
-        text = path.read_text(encoding="utf-8")
+        obj = from_dict(cls, load_json_file(path, MAX_STATE_BYTES, "the file"))
+        if isinstance(obj, ServeState):
+            check_state(obj)
+        return obj
     except FileNotFoundError:
         raise ConfigError(
             f"{what} not found",
@@ -189,15 +197,34 @@ def _load(cls: type[T], path: Path, what: str) -> T:
             required=f"`t4serve serve` writes it at start in T4SERVE_STATE_DIR ({path.parent})",
             fix="run this in the container started by `t4serve serve`, or point T4SERVE_STATE_DIR at its state folder",
         ) from None
-    try:
-        return from_dict(cls, json.loads(text))
-    except (json.JSONDecodeError, ConfigError) as exc:
+    except (Untrusted, ConfigError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else str(exc)
         raise ConfigError(
             f"{what} is unreadable",
-            found=f"{path}: {exc}",
+            found=f"{path}: {reason}",
             required=f"a {cls.__name__} JSON file written by this t4serve version",
             fix="restart the container; `t4serve serve` rewrites it at start",
         ) from None
+
+
+def check_state(state: ServeState) -> None:
+    """What healthcheck and status rely on: known phases (at least one mark), a host and port to reach, one-word
+    names; Untrusted otherwise."""
+    if state.phase not in PHASE_LABELS:
+        raise Untrusted(f"phase must be one of {', '.join(PHASE_LABELS)}, found {state.phase[:40]!r}")
+    if not state.phases:
+        raise Untrusted("phases must list at least the phase the server is in")
+    for mark in state.phases:
+        if mark.phase not in PHASE_LABELS:
+            raise Untrusted(f"phases must name known phases, found {mark.phase[:40]!r}")
+    check_int(state.port, "port", 1, 65535)
+    check_int(state.attempt, "attempt", 1, 1 << 31)
+    try:
+        check_host(state.host)
+    except Untrusted as exc:
+        raise Untrusted(f"host {exc.reason}, found {state.host[:80]!r}") from None
+    for name, value in (("model", state.model), ("served_model_name", state.served_model_name)):
+        check_text(value, name)
 
 
 def write_state(state_dir: Path, state: ServeState) -> None:

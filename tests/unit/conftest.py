@@ -1,0 +1,28 @@
+"""Session-finish summary of the hardening tests: inputs tried per area and what went wrong (all zero when the
+promises hold), printed by every run that ran them (docs/verification-hardening.md records one)."""
+
+from __future__ import annotations
+
+import pytest
+from hardening import Tally
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not Tally.areas:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("hardening figures")
+    columns = ("inputs", "runs", "tracebacks", "leaks", "over deadline", "bad exit")
+    write(f"{'area':<24} " + " ".join(f"{c:>{max(len(c), 6)}}" for c in columns))
+    totals = [0] * len(columns)
+    for name, f in [*sorted(Tally.areas.items()), ("total", None)]:
+        row = totals if f is None else [f.inputs, f.runs, f.tracebacks, f.leaks, f.over_deadline, f.bad_exit_codes]
+        if f is not None:
+            totals = [a + b for a, b in zip(totals, row, strict=True)]
+        write(f"{name:<24} " + " ".join(f"{v:>{max(len(c), 6)}}" for c, v in zip(columns, row, strict=True)))
+    for name, f in sorted(Tally.areas.items()):
+        if f.worst_overshoot is not None:
+            write(f"  {name}: the slowest timed check ended {f.worst_overshoot:+.3f} s from its deadline")
+    for name, f in sorted(Tally.areas.items()):
+        for example in f.examples[:3]:
+            write(f"  {name}: {example}")

@@ -38,6 +38,7 @@ from t4serve.engine import API_PORT, MANIFEST_PATH, Engine, ServiceContainer
 from t4serve.errors import ConfigError, EngineError, T4ServeError
 from t4serve.facts import Facts
 from t4serve.preflight import Finding, check_clamp, has_failures
+from t4serve.probes.gpu import Nvml
 from t4serve.serde import from_dict
 from t4serve.settings import VARIABLES_BY_NAME, Settings, client_api_key
 
@@ -369,6 +370,8 @@ class ToolEnv:
     data_dir: Path
     compose_file: Path
     clock: Callable[[], float] = time.time
+    # The NVML module the host probes read (None: pynvml); tests give a double.
+    nvml: Nvml | None = None
 
     def secrets(self) -> list[str]:
         return known_secrets(self.environ)
@@ -397,7 +400,9 @@ class Tools:
         from t4serve.hostcheck import check_host
 
         settings = validate_settings(model, {}, self.env.base_env())
-        findings = await in_thread(lambda: check_host(settings, self.env.environ, self.engine, self.env.compose_file))
+        findings = await in_thread(
+            lambda: check_host(settings, self.env.environ, self.engine, self.env.compose_file, nvml=self.env.nvml)
+        )
         return HostCapacity(
             compose_file=str(self.env.compose_file), image=self.engine.image_ref, **checks_fields(findings)
         )
@@ -406,7 +411,9 @@ class Tools:
         from t4serve.hostcheck import host_facts
 
         info = self.engine.info()
-        return host_facts(settings, self.env.environ, self.engine, info=info, image=self.engine.image())
+        return host_facts(
+            settings, self.env.environ, self.engine, info=info, image=self.engine.image(), nvml=self.env.nvml
+        )
 
     @guarded
     async def verify_gpu_arch(self) -> GpuArch:

@@ -48,7 +48,6 @@ def test_start_status_query_logs_stop_through_mcp(docker_bin: str, standin: str,
     engine = DockerCli(compose_file=compose_file, project=project, image=standin, docker=docker_bin,
                        compose=[COMPOSE], environ=environ)  # fmt: skip
     env = ToolEnv(engine=engine, environ=environ, data_dir=tmp_path / "data", compose_file=compose_file)
-    volumes_before = set(docker_lines(docker_bin, "volume", "ls", "-q"))
     results: dict[str, Any] = {}
 
     async def session() -> None:
@@ -76,6 +75,9 @@ def test_start_status_query_logs_stop_through_mcp(docker_bin: str, standin: str,
             if not status.get("ready"):
                 results["logs_on_failure"] = await tool("server_logs", {"tail": 80})
                 return
+            mounts = docker_lines(docker_bin, "inspect", "-f", "{{range .Mounts}}{{.Name}}\n{{end}}",
+                                  results["start"]["container"])  # fmt: skip
+            results["volumes"] = set(mounts)
             results["query"] = await tool("query", {"prompt": "17*23=", "max_tokens": 8})
             results["logs"] = await tool("server_logs", {"tail": 5})
             results["logs_all"] = await tool("server_logs", {"tail": 500})
@@ -104,12 +106,47 @@ def test_start_status_query_logs_stop_through_mcp(docker_bin: str, standin: str,
         label = f"label=com.docker.compose.project={project}"
         assert docker_lines(docker_bin, "ps", "-a", "-q", "--filter", label) == []
         assert docker_lines(docker_bin, "network", "ls", "-q", "--filter", label) == []
-        new_volumes = set(docker_lines(docker_bin, "volume", "ls", "-q")) - volumes_before
-        # The named cache volumes stay by design (stop keeps the caches); nothing anonymous may be left.
-        assert new_volumes <= {f"{project}-hf-cache", f"{project}-compile-cache", f"{project}-cache"}, new_volumes
+        # The named cache volumes stay by design (stop keeps the caches); the anonymous one (the image declares
+        # VOLUME /cache) must be gone with the container.
+        named = {f"{project}-hf-cache", f"{project}-compile-cache", f"{project}-cache"}
+        anonymous = results["volumes"] - named
+        assert named <= results["volumes"] and len(anonymous) == 1, results["volumes"]
+        left = [v for v in anonymous if subprocess.run([docker_bin, "volume", "inspect", v], capture_output=True,
+                                                       timeout=60).returncode == 0]  # fmt: skip
+        assert left == [], f"anonymous volumes left behind: {left}"
     finally:
         base = [COMPOSE, "-p", project, "--project-directory", str(tmp_path), "-f", str(compose_file)]
         compose_env = {**environ, "T4SERVE_IMAGE": standin}
         subprocess.run([*base, "down", "-v"], capture_output=True, timeout=180, env=compose_env)
         for suffix in ("hf-cache", "compile-cache", "cache"):
             subprocess.run([docker_bin, "volume", "rm", "-f", f"{project}-{suffix}"], capture_output=True, timeout=60)
+
+
+def test_image_side_checks_read_the_real_image(docker_bin: str, image_ref: str, tmp_path: Path) -> None:
+    """check_host_capacity, verify_gpu_arch and verify_turing_patch against the image under test: its manifest read
+    in a throwaway container, and `t4serve patch verify` (interpreter step skipped) run in another."""
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    engine = DockerCli(compose_file=REPO / "compose.yaml", project=f"t4smcp{uuid.uuid4().hex[:6]}", image=image_ref,
+                       docker=docker_bin, compose=[COMPOSE], environ=environ)  # fmt: skip
+    env = ToolEnv(engine=engine, environ=environ, data_dir=tmp_path / "data", compose_file=REPO / "compose.yaml")
+
+    async def session() -> dict[str, Any]:
+        async with Client(build_server(env, read_only=True)) as client:
+            out = {}
+            for name, args in (("check_host_capacity", {}), ("verify_gpu_arch", {}),
+                               ("verify_turing_patch", {"skip_interpreter": True})):  # fmt: skip
+                result = await client.call_tool(name, args)
+                assert not result.is_error, (name, result.content)
+                out[name] = result.structured_content
+            return out
+
+    out = anyio.run(session)
+    capacity = {f["check"]: f for f in out["check_host_capacity"]["findings"]}
+    assert capacity["docker"]["level"] == "ok" and capacity["shm"]["level"] == "ok"
+    assert "present" in capacity["docker-disk"]["required"]
+    arch = out["verify_gpu_arch"]
+    assert "sm_75" in arch["torch_arch_list"] and arch["torch_cuda_version"].startswith("13")
+    patch = out["verify_turing_patch"]
+    print(f"\npatch verify in the image:\n{patch['verify_output'][-600:]}")
+    assert patch["verify_exit_code"] == 0 and patch["clamp"]["state"] in ("applied", "not-needed")
+    assert "clamp proven" in patch["verify_output"]

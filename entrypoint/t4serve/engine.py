@@ -178,11 +178,15 @@ class DockerCli:
         return self.compose_file.parent
 
     # ----- plumbing
-    def _run(self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> Completed:
+    def _run(
+        self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, merge: bool = False
+    ) -> Completed:
+        """Run a client; `merge` puts stderr into stdout, in the order the client wrote them."""
         try:
             done = subprocess.run(
                 list(argv),
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                 text=True,
                 errors="replace",
                 timeout=timeout,
@@ -204,7 +208,7 @@ class DockerCli:
                 required="an engine that answers",
                 fix=ENGINE_FIX,
             ) from None
-        return Completed(done.returncode, done.stdout, done.stderr)
+        return Completed(done.returncode, done.stdout, done.stderr or "")
 
     def _checked(self, argv: Sequence[str], what: str, timeout: float, env: Mapping[str, str] | None = None) -> str:
         done = self._run(argv, timeout, env)
@@ -356,12 +360,11 @@ class DockerCli:
         argv = [self.docker, "logs", "--tail", str(tail)]
         if since:
             argv += ["--since", since]
-        done = self._run([*argv, container], QUICK_TIMEOUT_S)
+        # The container's two streams come back on the client's two; one pipe keeps the order they arrive in.
+        done = self._run([*argv, container], QUICK_TIMEOUT_S, merge=True)
         if done.returncode != 0:
             self._checked([*argv, container], "docker logs", QUICK_TIMEOUT_S)
-        # The container writes both streams; docker logs gives them back apart. Their order within one read is lost,
-        # so stderr (supervisord, vLLM's logging) is what is kept in order with the stdout lines after it.
-        return done.stderr + done.stdout
+        return done.stdout
 
     def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed:
         return self._run([self.docker, "exec", *(["-d"] if detach else []), container, *args], QUICK_TIMEOUT_S)

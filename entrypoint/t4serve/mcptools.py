@@ -577,7 +577,7 @@ class Tools:
         self,
         model: str = "qat",
         settings: dict[str, str] | None = None,
-        gpu: str | None = None,
+        gpu: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] = None,
         publish_port: Annotated[int | None, Field(ge=0, le=65535)] = None,
         wait_s: Annotated[float, Field(ge=0.0, le=MAX_WAIT_S)] = 0.0,
         ctx: Context | None = None,

@@ -327,6 +327,11 @@ def test_start_refuses_bad_settings_before_compose(engine: FakeEngine, environ: 
     assert not any(name == "up" for name, _ in engine.calls)
 
 
+def test_start_refuses_a_gpu_that_is_not_an_index_or_uuid(engine: FakeEngine, environ: dict[str, str]) -> None:
+    assert "pattern" in error_text(call(tool_env(engine, environ), "start_vllm_server", {"gpu": "0'\n  x: y"}))
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
 def test_start_refuses_when_already_running(engine: FakeEngine, environ: dict[str, str]) -> None:
     env = tool_env(engine, environ)
     ok(call(env, "start_vllm_server"))

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import time
+import traceback
 import urllib.error
 import urllib.request
 import uuid
@@ -257,9 +258,11 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         except T4ServeError as exc:
             raise tool_error(exc) from None
         except Exception as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
             raise ToolError(
-                f"{fn.__name__} failed: internal error (a bug in t4serve; please report it)\n"
-                f"  found: {type(exc).__name__}: {exc}"
+                f"{fn.__name__} failed: internal error (a bug in t4serve; please report it with this line)\n"
+                f"  found: {type(exc).__name__}: {exc}{where}"
             ) from None
 
     return wrapper

@@ -522,4 +522,4 @@ def test_a_bug_is_a_one_line_tool_error_without_a_traceback(engine: FakeEngine, 
 
     engine.service = broken  # type: ignore[assignment,method-assign]
     text = error_text(call(tool_env(engine, environ), "server_status"))
-    assert "internal error (a bug in t4serve" in text and "KeyError" in text
+    assert "internal error (a bug in t4serve" in text and "KeyError: 'DockerRootDir' at test_mcp_tools.py:" in text

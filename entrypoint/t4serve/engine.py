@@ -326,7 +326,10 @@ class DockerCli:
         return container
 
     def service(self) -> ServiceContainer | None:
-        ids = self._checked(self._compose_argv("ps", "-q", SERVICE), "compose ps", QUICK_TIMEOUT_S, self._compose_env())
+        # -a: Compose v2 lists only running containers without it; an exited one must be seen to say why it exited.
+        ids = self._checked(
+            self._compose_argv("ps", "-a", "-q", SERVICE), "compose ps", QUICK_TIMEOUT_S, self._compose_env()
+        )
         first = next((line.strip() for line in ids.splitlines() if line.strip()), None)
         if first is None:
             return None

@@ -97,8 +97,8 @@ def test_down_stops_removes_with_anonymous_volumes_then_the_network(tmp_path: Pa
     before = cli.down(45)
     assert before is not None and before.name == "t4serve-t4serve-1"
     compose_tails = [c["argv"][6:] for c in calls(bin_dir) if c["prog"] == "docker-compose"]
-    assert compose_tails == [["ps", "-q", "t4serve"], ["stop", "-t", "45", "t4serve"], ["rm", "-f", "-v", "t4serve"],
-                             ["down", "--remove-orphans"]]  # fmt: skip
+    assert compose_tails == [["ps", "-a", "-q", "t4serve"], ["stop", "-t", "45", "t4serve"],
+                             ["rm", "-f", "-v", "t4serve"], ["down", "--remove-orphans"]]  # fmt: skip
 
 
 def test_service_absent_image_absent_and_logs(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ is tests/unit/local_http.py. The checks, plan, settings parser and state reader 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -523,3 +524,17 @@ def test_a_bug_is_a_one_line_tool_error_without_a_traceback(engine: FakeEngine, 
     engine.service = broken  # type: ignore[assignment,method-assign]
     text = error_text(call(tool_env(engine, environ), "server_status"))
     assert "internal error (a bug in t4serve" in text and "KeyError: 'DockerRootDir' at test_mcp_tools.py:" in text
+
+
+def test_no_secret_reaches_the_server_log(
+    engine: FakeEngine, environ: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with serve({"/v1/completions": Canned(body={})}, api_key="another-key-entirely-000") as server:
+        env = ready_server(engine, environ, server.port)
+        engine.log_lines = [f"token {HF_TOKEN} key {API_KEY}"]
+        error_text(call(env, "query", {"prompt": "hi"}))
+        ok(call(env, "server_logs"))
+        error_text(call(env, "plan", {"settings": {"HF_TOKEN": HF_TOKEN}}))
+    assert "Tool 'query' failed" in caplog.text
+    assert API_KEY not in caplog.text and HF_TOKEN not in caplog.text

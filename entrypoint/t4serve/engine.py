@@ -223,6 +223,13 @@ class DockerCli:
         return done.stdout
 
     def _compose_argv(self, *args: str, override: Path | None = None) -> list[str]:
+        if not self.compose_file.is_file():
+            raise EngineError(
+                "no compose file for the t4serve service",
+                found=f"{self.compose_file}: no such file",
+                required="t4serve's compose.yaml (the repository's, next to scripts/)",
+                fix="start t4serve mcp with --compose-file /path/to/t4serve/compose.yaml (or T4SERVE_COMPOSE_FILE)",
+            )
         if self._compose is None:
             self._compose = find_compose(self.docker, self.environ)
         argv = [*self._compose, "--project-directory", str(self.project_directory), "-f", str(self.compose_file)]

@@ -388,7 +388,7 @@ class ToolEnv:
 
 
 class Tools:
-    """One method per tool; `register(server, read_only)` publishes them."""
+    """One method per tool; `build_server(env, read_only)` publishes them."""
 
     def __init__(self, env: ToolEnv) -> None:
         self.env = env

@@ -169,3 +169,12 @@ def test_engine_from_environ_defaults(tmp_path: Path) -> None:
     assert (named.image_ref, named.project, named.docker) == ("t4serve:1", "gpu1", "/x/d")
     assert named.compose_file == (tmp_path / "c.yaml").resolve()
     assert os.path.basename(str(named.compose_file)) == "c.yaml"
+
+
+def test_compose_without_its_file_says_which_option_fixes_it(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {})
+    cli.compose_file.unlink()
+    with pytest.raises(EngineError) as info:
+        cli.service()
+    assert "no such file" in (info.value.found or "") and "--compose-file" in (info.value.fix or "")
+    assert calls(bin_dir) == []

@@ -187,6 +187,12 @@ def command(
     environ = dict(os.environ)
     engine = engine_from_environ(environ, compose_file=compose_file, project=project)
     env = ToolEnv(engine=engine, environ=environ, data_dir=default_data_dir(environ), compose_file=engine.compose_file)
+    if not engine.compose_file.is_file():
+        click.echo(
+            f"t4serve mcp: warning: no compose file at {engine.compose_file}; the tools that manage the service "
+            "answer with an error until --compose-file (or T4SERVE_COMPOSE_FILE) names t4serve's compose.yaml",
+            err=True,
+        )
     server = build_server(env, read_only=read_only)
     if listen is None:
         server.run("stdio")

@@ -182,7 +182,8 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
         (
             "checkpoint",
             weights + HF_CACHE_HEADROOM,
-            f"{model.requested if model else settings.model.target} into the hf-cache volume",
+            f"{model.requested if model else settings.model.target} into the hf-cache volume"
+            + ("" if weights else "; its size is unknown, only the tokenizer and config are counted"),
         ),
         (
             "compile caches",

@@ -130,3 +130,10 @@ def test_host_check_command(engine: FakeEngine, tmp_path: Path, monkeypatch: pyt
 def _with_file(engine: FakeEngine, options: dict[str, object]) -> FakeEngine:
     engine.compose_file = options["compose_file"]  # type: ignore[attr-defined]
     return engine
+
+
+def test_docker_disk_says_when_the_checkpoint_size_is_unknown(engine: FakeEngine) -> None:
+    s = settings(T4SERVE_MODEL="org/not-local")
+    facts = host_facts(s, {}, engine, info=engine.info(), image=None, nvml=FakeNvml([FakeDevice()]))
+    finding = check_docker_disk(facts, None, s)
+    assert "org/not-local into the hf-cache volume; its size is unknown" in finding.required

@@ -8,15 +8,23 @@ arithmetic; `Plan.summary()` and `Plan.to_json()` show it. Whether the machine c
 from __future__ import annotations
 
 import json
+import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts
-from t4serve.gpus import match_known_gpu
-from t4serve.patch.clamp import MIN_CLAMPED_HEAD, UNCLAMPED_TILE, padded_head_size, tile_shared_memory
+from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
+from t4serve.patch.clamp import (
+    MIN_CLAMPED_HEAD,
+    SHARED_MEMORY_ENV,
+    UNCLAMPED_TILE,
+    padded_head_size,
+    tile_shared_memory,
+)
 from t4serve.serde import to_dict
 from t4serve.settings import KV_PROFILE, Settings
 from t4serve.sizing import Sizing, SizingInputs, size
@@ -24,6 +32,9 @@ from t4serve.sizing import Sizing, SizingInputs, size
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
 BF16_MIN_CAPABILITY = (8, 0)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# vLLM's FlashAttention and FlashInfer backends need capability 8.0; below it vLLM runs its Triton attention.
+TRITON_ONLY_BELOW = (8, 0)
+TRITON_ATTENTION = "TRITON_ATTN"
 # A device taken from the known-GPU table (`plan --gpu t4`) carries this uuid prefix instead of a real uuid.
 KNOWN_GPU_UUID_PREFIX = "known:"
 
@@ -40,7 +51,8 @@ class Plan:
     port: int
     dtype: str
     dtype_reason: str
-    # The device planned for (devices[0]: t4serve serves one GPU), None when no GPU is visible.
+    # The device planned for (devices[0]: t4serve serves one GPU), None when no GPU is visible. With T4SERVE_SIZE_AS
+    # it is that card as the known table has it (memory, capability, shared memory) on the real device's identity.
     gpu: GpuDevice | None
     # "probed" (this machine or a recorded one) or "known:<key>" (`plan --gpu`).
     gpu_origin: str
@@ -54,6 +66,12 @@ class Plan:
     clamp_reason: str
     # `--attention-backend` as the user passed it in T4SERVE_VLLM_ARGS; None leaves the choice to vLLM.
     attention_backend: str | None
+    # What `--gpu-memory-utilization` gets: the setting, scaled by T4SERVE_SIZE_AS to the named card's budget.
+    gpu_memory_utilization: float = 0.9
+    # The known GPU's key under T4SERVE_SIZE_AS, else None.
+    sized_as: str | None = None
+    # T4SERVE_COMPILE in words: the rung the first start uses and what happens after a compile out-of-memory.
+    compile_summary: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def command_line(self) -> str:
@@ -82,6 +100,7 @@ class Plan:
             f"dtype:             {self.dtype}  ({self.dtype_reason})",
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
             f"attention backend: {self.attention_backend or 'chosen by vLLM'}",
+            f"compile:           {self.compile_summary}",
         ]
         if self.sizing is not None:
             lines += ["", "sizing:"]
@@ -100,6 +119,8 @@ def _sizing_items(sizing: Sizing) -> list[tuple[str, Derived]]:
     items = []
     for name in (
         "max_model_len",
+        "max_num_batched_tokens",
+        "gpu_weights_bytes",
         "max_num_seqs",
         "kv_cache_memory_bytes",
         "kv_pool_bytes",
@@ -199,14 +220,46 @@ def attention_backend(vllm_args: tuple[str, ...]) -> str | None:
     return None
 
 
+def sized_as_device(real: GpuDevice, card: KnownGpu) -> GpuDevice:
+    """`real` as the known `card`: its memory, capability and shared memory per block, the real device's identity,
+    free memory and clocks (T4SERVE_SIZE_AS)."""
+    return replace(
+        real,
+        name=f"{real.name} sized as {card.name}",
+        compute_capability=card.compute_capability,
+        memory_total_bytes=card.memory_bytes,
+        shared_memory_per_block=card.shared_memory_per_block,
+    )
+
+
+def scaled_utilization(utilization: float, card_bytes: int, real_bytes: int) -> float:
+    """The `--gpu-memory-utilization` that gives vLLM on `real_bytes` the budget `utilization` gives on `card_bytes`:
+    rounded down at 6 decimals, so vLLM's budget never exceeds the card's."""
+    return math.floor(utilization * card_bytes / real_bytes * 1e6) / 1e6
+
+
 def plan(settings: Settings, facts: Facts) -> Plan:
     """The Plan for these settings on this (probed, recorded or known) machine."""
-    gpu = facts.gpu.devices[0] if facts.gpu.devices else None
+    real = facts.gpu.devices[0] if facts.gpu.devices else None
+    card = known_gpu(settings.size_as) if settings.size_as else None
+    gpu = sized_as_device(real, card) if real is not None and card is not None else real
+    utilization = settings.gpu_memory_utilization
+    notes: list[str] = []
+    env_extra: dict[str, str] = {}
+    if real is not None and card is not None:
+        utilization = scaled_utilization(settings.gpu_memory_utilization, card.memory_bytes, real.memory_total_bytes)
+        env_extra[SHARED_MEMORY_ENV] = str(card.shared_memory_per_block)
+        notes.append(
+            f"T4SERVE_SIZE_AS={card.key}: sized as {card.name} ({format_bytes(card.memory_bytes)}, capability "
+            f"{_cap(card.compute_capability)}) on {real.name} ({format_bytes(real.memory_total_bytes)}): "
+            f"--gpu-memory-utilization {settings.gpu_memory_utilization} x {card.memory_bytes:,} / "
+            f"{real.memory_total_bytes:,} = {utilization}; the clamp assumes {card.shared_memory_per_block:,} B of "
+            f"shared memory per block ({SHARED_MEMORY_ENV})"
+        )
     model = facts.model
     dtype, dtype_reason = choose_dtype(settings, gpu, model)
     clamp_needed, clamp_reason = clamp_decision(gpu, model)
-    sizing, sizing_error = _size(settings, facts, gpu, dtype)
-    notes: list[str] = []
+    sizing, sizing_error = _size(settings, facts, gpu, dtype, card)
     if gpu is not None and len(facts.gpu.devices) > 1:
         notes.append(f"{len(facts.gpu.devices)} GPUs visible; t4serve serves one (device 0: {gpu.name})")
 
@@ -219,9 +272,10 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     argv += ["--dtype", dtype]
     # The KV cache sizing assumes 16-bit KV entries in the model dtype, and t4serve serves a single GPU.
     argv += ["--kv-cache-dtype", "auto", "--tensor-parallel-size", "1"]
-    argv += ["--gpu-memory-utilization", _float(settings.gpu_memory_utilization)]
+    argv += ["--gpu-memory-utilization", _float(utilization)]
     max_model_len = int(sizing.max_model_len.value) if sizing else settings.max_model_len
     max_num_seqs = int(sizing.max_num_seqs.value) if sizing else settings.max_num_seqs
+    batched = int(sizing.max_num_batched_tokens.value) if sizing else settings.max_num_batched_tokens
     kv_bytes = kv_size if isinstance(kv_size := settings.kv_cache_memory_bytes, int) else None
     if sizing is not None:
         kv_bytes = int(sizing.kv_cache_memory_bytes.value) if sizing.kv_cache_memory_bytes is not None else None
@@ -229,9 +283,16 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         argv += ["--max-model-len", str(max_model_len)]
     if max_num_seqs is not None:
         argv += ["--max-num-seqs", str(max_num_seqs)]
+    if batched is not None:
+        argv += ["--max-num-batched-tokens", str(batched)]
     if kv_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
+    backend = attention_backend(settings.vllm_args)
+    if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
+        # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
+        argv += ["--attention-backend", TRITON_ATTENTION]
+        backend = TRITON_ATTENTION
     argv += list(settings.vllm_args)
 
     env = {
@@ -239,6 +300,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         "HF_HUB_OFFLINE": "1" if settings.hf_hub_offline else "0",
         # vLLM's own logger follows t4serve's level, so one variable quiets or opens both.
         "VLLM_LOGGING_LEVEL": settings.log_level.upper(),
+        **env_extra,
     }
     return Plan(
         model=model_arg,
@@ -256,16 +318,33 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         sizing_error=sizing_error,
         clamp_needed=clamp_needed,
         clamp_reason=clamp_reason,
-        attention_backend=attention_backend(settings.vllm_args),
+        attention_backend=backend,
+        gpu_memory_utilization=utilization,
+        sized_as=card.key if card is not None else None,
+        compile_summary=compile_summary(settings),
         notes=tuple(notes),
     )
+
+
+def compile_summary(settings: Settings) -> str:
+    ladder = ladder_for(settings.compile, settings.vllm_args)
+    if not ladder:
+        return "as T4SERVE_VLLM_ARGS sets it (t4serve adds no compile flags)"
+    first = ladder[0]
+    text = f"{first.name}: {first.what}"
+    if len(ladder) > 1:
+        text += (f"; after an out-of-memory inside a cold torch.compile: {', then '.join(r.name for r in ladder[1:])}"
+                 " (T4SERVE_COMPILE=auto; what worked is remembered in T4SERVE_CACHE_DIR)")
+    return text
 
 
 def _float(value: float) -> str:
     return repr(float(value))
 
 
-def _size(settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str) -> tuple[Sizing | None, str | None]:
+def _size(
+    settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str, card: KnownGpu | None
+) -> tuple[Sizing | None, str | None]:
     if gpu is None:
         return None, "no GPU visible (plan for a known card with --gpu t4)"
     model = facts.model
@@ -273,7 +352,7 @@ def _size(settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str) -
         return None, "no model facts (the model probe did not run)"
     if model.source == "invalid":
         return None, f"the model could not be read: {model.error}"
-    known = match_known_gpu(gpu.name)
+    known = card or match_known_gpu(gpu.name)
     inputs = SizingInputs(
         gpu_memory_bytes=gpu.memory_total_bytes,
         gpu_memory_utilization=settings.gpu_memory_utilization,
@@ -287,6 +366,7 @@ def _size(settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str) -
         kv_cache_memory_bytes=kv_size if isinstance(kv_size := settings.kv_cache_memory_bytes, int) else None,
         host=facts.host,
         kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
     )
     try:
         return size(inputs), None

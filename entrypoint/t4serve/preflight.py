@@ -80,6 +80,8 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
             check_gpu_memory_free(gpu, settings),
             check_sizing(plan),
         ]
+        if plan.sized_as is not None and facts.gpu.devices:
+            findings.append(check_size_as(facts.gpu.devices[0], gpu, plan.sized_as))
     findings.append(check_manifest(facts.manifest))
     if facts.manifest.present:
         findings.append(check_torch_cuda(facts.manifest))
@@ -196,6 +198,17 @@ def check_gpu_memory_free(gpu: GpuDevice, settings: Settings) -> Finding:
             f"T4SERVE_GPU_MEMORY_UTILIZATION={fits:.2f}",
         )
     return Finding("gpu-memory", "ok", found, required, "")
+
+
+def check_size_as(real: GpuDevice, planned: GpuDevice, key: str) -> Finding:
+    """T4SERVE_SIZE_AS shrinks a card to a smaller one; it cannot grow one."""
+    found = f"T4SERVE_SIZE_AS={key}: {format_bytes(planned.memory_total_bytes)} on {real.name} with " \
+            f"{format_bytes(real.memory_total_bytes)}"
+    required = "the real card at least as large as the card it is sized as"
+    if real.memory_total_bytes < planned.memory_total_bytes:
+        return Finding("size-as", "fail", found, required,
+                       "unset T4SERVE_SIZE_AS, or name a card no larger than this one (e.g. t4)")
+    return Finding("size-as", "ok", found, required, "")
 
 
 def check_sizing(plan: Plan) -> Finding:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from t4serve.compilation import ladder_for
 from t4serve.supervise.state import Prediction, RunSpec
 
 # Seconds beyond vLLM's own drain for its engine to shut down before supervisord resorts to SIGKILL.
@@ -20,7 +21,14 @@ STOP_MARGIN_S = 30
 VLLM_STARTSECS = 10
 
 # Plan sizing attribute -> the figure name vLLM's log gives it (t4serve.supervise.logwatch).
-_PREDICTED = (("kv_tokens", "kv_tokens"), ("concurrency", "max_concurrency"), ("max_model_len", "max_model_len"))
+_PREDICTED = (
+    ("kv_tokens", "kv_tokens"),
+    ("concurrency", "max_concurrency"),
+    ("max_model_len", "max_model_len"),
+    ("gpu_weights_bytes", "model_memory_gib"),
+    ("kv_pool_bytes", "kv_cache_memory_gib"),
+)
+GIB = 1024**3
 
 
 def predictions(sizing: Any) -> dict[str, Prediction]:
@@ -33,6 +41,8 @@ def predictions(sizing: Any) -> dict[str, Prediction]:
         value = getattr(derived, "value", None)
         if isinstance(value, int | float) and not isinstance(value, bool):
             unit, how = str(getattr(derived, "unit", "")), str(getattr(derived, "how", ""))
+            if name.endswith("_gib") and unit == "B":
+                value, unit = value / GIB, "GiB"
             out[name] = Prediction(name, float(value), unit, how)
     return out
 
@@ -53,6 +63,7 @@ def run_spec(plan: Any, settings: Any) -> RunSpec:
         hf_hub_cache=f"{settings.hf_home.rstrip('/')}/hub",
         cache_dir=settings.cache_dir,
         predictions=predictions(plan.sizing),
+        compile_ladder=[[rung.name, *rung.flags] for rung in ladder_for(settings.compile, settings.vllm_args)],
     )
 
 

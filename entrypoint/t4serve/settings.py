@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 
 import click
 
+from t4serve import compilation
 from t4serve.errors import ConfigError
+from t4serve.gpus import KNOWN_GPUS, known_gpu
 
 QAT_REPO = "google/gemma-4-E2B-it-qat-w4a16-ct"
 BF16_REPO = "google/gemma-4-E2B-it"
@@ -45,6 +47,8 @@ CONTROLLED_FLAGS: dict[str, str] = {
     "--dtype": "T4SERVE_DTYPE",
     "--max-model-len": "T4SERVE_MAX_MODEL_LEN",
     "--max-num-seqs": "T4SERVE_MAX_NUM_SEQS",
+    # The sliding-window KV groups and the activation peak are sized for it, so the plan owns it.
+    "--max-num-batched-tokens": "T4SERVE_MAX_NUM_BATCHED_TOKENS",
     "--gpu-memory-utilization": "T4SERVE_GPU_MEMORY_UTILIZATION",
     "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
     "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
@@ -310,6 +314,16 @@ def _model(raw: str, ctx: _Context) -> ModelChoice:
     )
 
 
+def _size_as(raw: str, ctx: _Context) -> str | None:
+    value = raw.strip()
+    if value.lower() in ("", "none", "off"):
+        return None
+    gpu = known_gpu(value)
+    if gpu is None:
+        raise _Invalid("must be a GPU of the known table (" + ", ".join(KNOWN_GPUS) + ") or none", "t4")
+    return gpu.key
+
+
 def _served_model_name(raw: str, ctx: _Context) -> str:
     value = raw.strip()
     if not value or any(c.isspace() for c in value):
@@ -531,6 +545,19 @@ VARIABLES: tuple[Variable, ...] = (
         _auto_or_int(1, 8), "8", "--max-num-seqs",
     ),
     Variable(
+        "T4SERVE_MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", None, "auto",
+        "Tokens the scheduler batches per step (`--max-num-batched-tokens`); `auto`: vLLM's default for the planned "
+        "GPU (2048 below 70 GiB). The KV cache's sliding-window groups and the activation peak are sized for it.",
+        _auto_or_int(16, 2048), "2048", "--max-num-batched-tokens",
+    ),
+    Variable(
+        "T4SERVE_SIZE_AS", "size_as", None, "(none)",
+        "Serve on a bigger card as if it were this one of the known GPUs (`t4`, `l4`, `a10g`, ...): memory sized "
+        "and `--gpu-memory-utilization` scaled so vLLM's budget equals that card's, its dtype and batch defaults, "
+        "and its shared memory per block for the Turing clamp, so the attention kernels are that card's.",
+        _size_as, "t4", "--size-as",
+    ),
+    Variable(
         "T4SERVE_GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.9", "0.9",
         "Fraction of GPU memory vLLM may use (weights, activations, KV cache).",
         _utilization, "0.9", "--gpu-memory-utilization",
@@ -547,6 +574,13 @@ VARIABLES: tuple[Variable, ...] = (
         "Compute dtype: `auto` is float16 below compute capability 8.0 (Turing has no bf16), else the checkpoint's; "
         "`float16`, `bfloat16` (needs 8.0+), `float32`.",
         _choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
+    ),
+    Variable(
+        "T4SERVE_COMPILE", "compile", "auto", "auto",
+        "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
+        "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
+        "cold torch.compile the next one down, remembered in T4SERVE_CACHE_DIR for later starts.",
+        _choice(compilation.MODES), "auto", "--compile",
     ),
     Variable(
         "T4SERVE_PREFLIGHT", "preflight", "strict", "strict",
@@ -620,9 +654,12 @@ class Settings:
     api_key_file: str | None
     max_model_len: int | None
     max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    size_as: str | None
     gpu_memory_utilization: float
     kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
+    compile: str
     preflight: str
     vllm_args: tuple[str, ...]
     hf_token: Secret | None

@@ -47,11 +47,16 @@ class SizingInputs:
     host: HostFacts | None
     # T4SERVE_KV_CACHE_MEMORY_BYTES=profile: pass no --kv-cache-memory-bytes, vLLM measures the pool at start.
     kv_profile: bool = False
+    # T4SERVE_MAX_NUM_BATCHED_TOKENS; None: vLLM's default for this GPU's memory.
+    max_num_batched_tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class Sizing:
     max_model_len: Derived
+    max_num_batched_tokens: Derived
+    # What vLLM's "Model loading took N GiB" counts: weights as loaded plus the buffers allocated at load.
+    gpu_weights_bytes: Derived
     max_num_seqs: Derived
     kv_cache_memory_bytes: Derived | None
     kv_pool_bytes: Derived
@@ -165,7 +170,14 @@ def size(inputs: SizingInputs) -> Sizing:
     model = inputs.model
     text = text_config(model)
     notes: list[str] = []
-    batched = kvcache.default_max_num_batched_tokens(inputs.gpu_memory_bytes)
+    if inputs.max_num_batched_tokens is not None:
+        batched = inputs.max_num_batched_tokens
+        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
+    else:
+        batched = kvcache.default_max_num_batched_tokens(inputs.gpu_memory_bytes)
+        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {inputs.gpu_memory_bytes / GIB:.1f}"
+                                               " GiB (EngineArgs.get_batch_defaults); passed explicitly so vLLM "
+                                               "batches what the KV groups and activations were sized for")
     model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
 
     def layout(length: int) -> kvcache.KVLayout:
@@ -268,8 +280,12 @@ def size(inputs: SizingInputs) -> Sizing:
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
     if model.source == "builtin":
         notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
+    buffers, buffers_how = buffers_in_gpu(text, batched, inputs.dtype_bytes)
     return Sizing(
         max_model_len=max_len,
+        max_num_batched_tokens=batched_d,
+        gpu_weights_bytes=Derived(weights + buffers, "B", f"weights ({weights_how}) + buffers ({buffers_how})"),
         max_num_seqs=seqs,
         kv_cache_memory_bytes=kv_bytes,
         kv_pool_bytes=pool_d,

@@ -30,6 +30,9 @@ Behaviour, from the environment:
     T4SERVE_STANDIN_PREFILL_DELAY    seconds per prompt token before the first token   (0)
     T4SERVE_STANDIN_PROMPT_LOG       a file each completion request appends its prompt's SHA-256 to (so a test can
                                      check which prompts a client sent)
+    T4SERVE_STANDIN_COMPILE_OOM_WITHOUT  a vLLM flag (e.g. --enforce-eager): while it is absent from the command line,
+                                     the start dies as vLLM 0.26 did on a T4's memory with a cold compile cache
+                                     (InductorError: OutOfMemoryError after "Model loading took"), exit 1
     T4SERVE_STANDIN_MODEL_GIB, T4SERVE_STANDIN_MODEL_LOAD_S, T4SERVE_STANDIN_WEIGHTS_LOAD_S, T4SERVE_STANDIN_KV_TOKENS
                                      the figures logged (defaults: FACTS.md's bf16 run; QAT's for a "qat" model)
 Prompt and completion tokens are counted as Hugging Face's Whitespace pre-tokenizer splits text (`\\w+|[^\\w\\s]+`),
@@ -688,6 +691,20 @@ def crash_on_load(opts: Options, kind: str) -> None:
     sys.exit(1)
 
 
+def compile_oom(opts: Options) -> None:
+    """What vLLM 0.26.0 printed on the GPU host made a T4 in memory, cold compile cache, bf16: the engine core's
+    torch.compile ran out of memory before the KV pool was allocated."""
+    LOG.engine("monitor.py:41", "Starting torch.compile")
+    LOG.engine("core.py:1584", "EngineCore failed to start.", level="ERROR")
+    LOG.raw(
+        "torch._inductor.exc.InductorError: OutOfMemoryError: CUDA out of memory. Tried to allocate 36.00 MiB. GPU 0 "
+        "has a total capacity of 139.80 GiB of which 31.56 MiB is free."
+    )
+    LOG.raw("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+            "{'EngineCore_DP0': 1}")
+    sys.exit(1)
+
+
 def load(opts: Options, mode: str, stopping: threading.Event) -> None:
     """Walk through vLLM's loading phases with the port closed, printing each phase's real log line."""
     figures = figures_for(opts.model)
@@ -726,6 +743,10 @@ def load(opts: Options, mode: str, stopping: threading.Event) -> None:
             # SIGTERM during load: vLLM's process just ends; nothing is being served yet.
             LOG.api("launcher.py:257", "[shutdown] API server: shutdown triggered")
             sys.exit(0)
+        if line[1] == "Starting torch.compile":
+            needed = os.environ.get("T4SERVE_STANDIN_COMPILE_OOM_WITHOUT", "")
+            if needed and needed not in sys.argv:
+                compile_oom(opts)
         LOG.engine(*line)
 
 

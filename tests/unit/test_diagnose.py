@@ -62,3 +62,17 @@ def test_sigkill_after_load_is_not_called_host_oom() -> None:
 def test_unknown_death_has_no_diagnosis() -> None:
     lines = ["torch.AcceleratorError: CUDA error: an illegal memory access was encountered"]
     assert diagnose(lines, 1, "ready") is None
+
+
+def test_an_out_of_memory_inside_torch_compile_is_named_before_a_plain_one() -> None:
+    """vLLM 0.26 at a T4's memory with a cold compile cache (the GPU host): Inductor's wrapped OutOfMemoryError."""
+    lines = [
+        "(EngineCore_DP0 pid=7) INFO [monitor.py:41] Starting torch.compile",
+        "torch._inductor.exc.InductorError: OutOfMemoryError: CUDA out of memory. Tried to allocate 36.00 MiB. "
+        "GPU 0 has a total capacity of 139.80 GiB of which 31.56 MiB is free.",
+    ]
+    found = diagnose(lines, 1, "profiling")
+    assert found is not None and found.name == "compile_oom"
+    assert "inside torch.compile" in found.summary and "T4SERVE_COMPILE" in found.fix
+    plain = diagnose(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB."], 1, "profiling")
+    assert plain is not None and plain.name == "cuda_oom"

@@ -46,6 +46,31 @@ def test_phases_follow_vllm_order_with_times() -> None:
     ]
 
 
+# vLLM 0.26.0 (the GPU host's) logs KV tokens and concurrency with two `logger.info_once` calls
+# (v1/core/kv_cache_utils.py get_kv_cache_configs), 0.33 on one line: both give the same figures and phases.
+V026_KV_LINES = [
+    line("GPU KV cache size: 313,573 tokens", where="kv_cache_utils.py:2177"),
+    line("Maximum concurrency for 16,384 tokens per request: 19.14x", where="kv_cache_utils.py:2178"),
+]
+
+
+def test_kv_figures_from_vllm_026s_two_lines() -> None:
+    tracker = PhaseTracker(now=0.0)
+    events = [tracker.feed(text, 1.0) for text in V026_KV_LINES]
+    assert [e.pattern for e in events if e is not None] == ["kv_capacity", "kv_concurrency"]
+    values = {name: f.value for name, f in tracker.figures.items()}
+    assert values == {"kv_tokens": 313_573, "max_model_len": 16_384, "max_concurrency": 19.14}
+    assert tracker.phase == "compiling"
+
+
+def test_one_line_with_two_patterns_counts_both() -> None:
+    tracker = PhaseTracker(now=0.0)
+    event = tracker.feed(BF16_START[5], 1.0)
+    assert event is not None and event.pattern == "kv_capacity"
+    assert {f.name for f in event.figures} == {"kv_tokens", "max_model_len", "max_concurrency"}
+    assert tracker.seen >= {"kv_capacity", "kv_concurrency"}
+
+
 def test_figures_parsed_exactly() -> None:
     tracker = PhaseTracker(now=0.0)
     for text in BF16_START:
@@ -130,7 +155,9 @@ FORMAT_STRINGS = {
     "model_loaded": "Model loading took %s GiB memory and %.6f seconds",
     "torch_compile": "%storch.compile took %.2f s in total",
     "kv_memory": "Available KV cache memory: %s GiB",
-    "kv_capacity": "Maximum concurrency for %s tokens per request: %.2fx",
+    "kv_memory_set": "GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+    "kv_capacity": "KV cache size: %s tokens",
+    "kv_concurrency": "Maximum concurrency for %s tokens per request: %.2fx",
     "cuda_graphs": "Graph capturing finished in %.0f secs, took %.2f GiB",
     "engine_ready": "init engine (profile, create kv cache, warmup model) took %.2f s",
     "server_start": "Starting vLLM server on %s",

@@ -164,3 +164,16 @@ def test_hash_and_marker_round_trip() -> None:
     assert found is not None and found.intact and found.stated_sha256 == clamp_sha256()
     assert (found.begin_line, found.end_line) == (2, 2 + CLAMP_SOURCE.count("\n") + 1)
     assert find_marked_clamp("no marker here\n") is None
+
+
+def test_shared_memory_from_the_environment_sets_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """T4SERVE_SIZE_AS hands vLLM the smaller card's figure in T4SERVE_SHARED_MEMORY_PER_BLOCK: read at import."""
+    monkeypatch.setenv("T4SERVE_SHARED_MEMORY_PER_BLOCK", str(T4))
+    ns, _, utils = wired(True, torch_optin=232_448, triton_shared=232_448)
+    assert ns["T4SERVE_SHARED_MEMORY_OVERRIDE"] == T4
+    assert ns["_get_tile_size"](512, 0, 2, True) == 16
+    assert utils.reads == 0
+    monkeypatch.setenv("T4SERVE_SHARED_MEMORY_PER_BLOCK", "not-a-number")
+    ns, _, _ = wired(True, torch_optin=232_448, triton_shared=232_448)
+    assert ns["T4SERVE_SHARED_MEMORY_OVERRIDE"] is None
+    assert ns["_get_tile_size"](512, 0, 2, True) == 32

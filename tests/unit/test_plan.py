@@ -172,3 +172,48 @@ def test_kv_cache_profile_leaves_the_pool_to_vllm_and_keeps_the_prediction() -> 
     assert p.sizing.max_num_seqs.value == auto.sizing.max_num_seqs.value
     assert "vLLM profiles" in p.sizing.kv_pool_bytes.how
     assert any("profile" in n for n in p.sizing.notes)
+
+
+def h200() -> Facts:
+    """The H200 recorded by `t4serve probe --json` on the GPU host (docs/verified/h200-probe.json)."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "verified" / "h200-probe.json"
+    return Facts.from_json(path.read_text())
+
+
+def test_size_as_t4_on_an_h200_gives_the_t4_plan_with_vllms_budget_scaled() -> None:
+    on_t4 = plan_for(t4(), T4SERVE_MODEL="bf16")
+    on_h200 = plan_for(h200(), T4SERVE_MODEL="bf16", T4SERVE_SIZE_AS="t4")
+    real = h200().gpu.devices[0]
+    for name in ("--dtype", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes"):
+        assert flag(on_h200.argv, name) == flag(on_t4.argv, name), name
+    # vLLM's budget: utilization x the real card's memory = 0.9 x the T4's 15,360 MiB, never more.
+    utilization = float(flag(on_h200.argv, "--gpu-memory-utilization") or 0)
+    t4_budget = 0.9 * 15360 * 1024**2
+    assert utilization * real.memory_total_bytes <= t4_budget
+    assert utilization * real.memory_total_bytes > t4_budget - real.memory_total_bytes * 1e-6
+    assert on_h200.sized_as == "t4" and on_h200.gpu is not None
+    assert on_h200.gpu.compute_capability == (7, 5) and on_h200.gpu.memory_total_bytes == 15360 * 1024**2
+    assert on_h200.gpu.shared_memory_per_block == 65_536 and on_h200.clamp_needed
+    assert on_h200.env["T4SERVE_SHARED_MEMORY_PER_BLOCK"] == "65536"
+    assert flag(on_h200.argv, "--attention-backend") == "TRITON_ATTN"
+    assert "sized as Tesla T4" in on_h200.gpu.name and "T4SERVE_SIZE_AS=t4" in on_h200.summary()
+    # The unsized H200 plan is the H200's own: bigger batches, bf16, no clamp, vLLM picks the backend.
+    plain = plan_for(h200(), T4SERVE_MODEL="bf16")
+    assert flag(plain.argv, "--max-num-batched-tokens") == "8192" and flag(plain.argv, "--dtype") == "bfloat16"
+    assert "T4SERVE_SHARED_MEMORY_PER_BLOCK" not in plain.env and "--attention-backend" not in plain.argv
+
+
+def test_size_as_keeps_an_attention_backend_the_user_chose() -> None:
+    p = plan_for(h200(), T4SERVE_SIZE_AS="t4", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
+    assert p.argv.count("--attention-backend") == 1 and p.attention_backend == "FLEX_ATTENTION"
+
+
+def test_max_num_batched_tokens_is_owned_by_the_plan_and_moves_its_kv_figures() -> None:
+    default = plan_for(t4(), T4SERVE_MODEL="bf16")
+    assert flag(default.argv, "--max-num-batched-tokens") == "2048"
+    bigger = plan_for(t4(), T4SERVE_MODEL="bf16", T4SERVE_MAX_NUM_BATCHED_TOKENS="8192")
+    assert flag(bigger.argv, "--max-num-batched-tokens") == "8192"
+    assert default.sizing is not None and bigger.sizing is not None
+    # Sliding-window groups hold 2 x batched tokens in flight: more per request, fewer tokens from the pool.
+    assert bigger.sizing.kv_tokens.value < default.sizing.kv_tokens.value
+    assert bigger.sizing.max_num_batched_tokens.source == "setting"

@@ -287,3 +287,10 @@ def test_run_checks_is_pure_and_table_and_json_render() -> None:
 def test_finding_level_is_validated() -> None:
     with pytest.raises(ValueError):
         Finding("x", "maybe", "", "", "")
+
+
+def test_size_as_a_card_larger_than_the_real_one_fails() -> None:
+    found = findings(t4(), settings(T4SERVE_SIZE_AS="a10g"))
+    check = only(found, "size-as")
+    assert check.level == "fail" and "T4SERVE_SIZE_AS=a10g" in check.found and "unset T4SERVE_SIZE_AS" in check.fix
+    assert only(findings(t4(), settings(T4SERVE_SIZE_AS="t4")), "size-as").level == "ok"

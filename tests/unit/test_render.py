@@ -83,8 +83,11 @@ def test_run_spec_from_plan_carries_no_token_and_predictions() -> None:
         gpu=SimpleNamespace(name="Tesla T4"),
         sizing=sizing,
     )
-    settings = SimpleNamespace(shutdown_timeout=30, canary=True, hf_home="/cache/huggingface/", cache_dir="/cache/t")
+    settings = SimpleNamespace(shutdown_timeout=30, canary=True, hf_home="/cache/huggingface/", cache_dir="/cache/t",
+                               compile="auto", vllm_args=())
     spec = run_spec(plan, settings)
+    assert [rung[0] for rung in spec.compile_ladder] == ["full", "lean", "o1", "eager"]
+    assert spec.compile_ladder[0] == ["full"] and spec.compile_ladder[-1] == ["eager", "--enforce-eager"]
     assert spec.argv[:2] == ["vllm", "serve"]
     assert spec.hf_hub_cache == "/cache/huggingface/hub"
     assert spec.gpu_name == "Tesla T4"

@@ -9,6 +9,7 @@ regression fails instead of hanging.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -567,3 +568,58 @@ def test_past_starts_give_an_estimate_and_a_broken_history_is_said_not_fatal(tmp
     wrapper = Wrapper(spec, state_dir, out=out)
     assert wrapper.state.estimate_seconds is None
     assert f"{PREFIX}t4serve: start history unreadable, no estimate" in out.getvalue()
+
+
+def test_a_compile_out_of_memory_climbs_down_the_ladder_and_later_starts_remember(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in dies in torch.compile as vLLM 0.26 did at a T4's memory unless it gets --enforce-eager: each
+    start records the next rung, the next start (supervisord's restart) uses it, and once one is ready every later
+    start begins there."""
+    from t4serve import compilation
+
+    port = free_port()
+    spec = dataclasses.replace(
+        make_spec(tmp_path, standin_argv(port), port=port, canary=False),
+        compile_ladder=[[r.name, *r.flags] for r in compilation.LADDER],
+    )
+    spec.env["T4SERVE_STANDIN_COMPILE_OOM_WITHOUT"] = "--enforce-eager"
+    key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
+    tried = []
+    for expected in ("full", "lean", "o1"):
+        state = tmp_path / f"state-{expected}"
+        state.mkdir()
+        done = run_here(spec, state, monkeypatch)
+        tried.append(expected)
+        assert done.code == 1
+        assert f"compile: {expected} (" in done.out
+        assert done.state.diagnosis is not None and "inside torch.compile" in done.state.diagnosis
+        lower = compilation.next_rung(compilation.LADDER, compilation.RUNGS_BY_NAME[expected])
+        assert lower is not None and done.state.fix is not None and f"rung {lower.name}" in done.state.fix
+        record, problem = compilation.load_record(Path(spec.cache_dir), key)
+        assert problem is None and record is not None
+        assert record["rung"] == lower.name and record["failed"] == tried
+    state = tmp_path / "state-eager"
+    state.mkdir()
+    done = run_here(spec, state, monkeypatch, until=lambda s, _out: s.phase == "ready")
+    assert done.seen is not None and done.seen.phase == "ready"
+    assert "compile: eager (" in done.out and "ran out of memory compiling: full, lean, o1" in done.out
+    # The same configuration starts at eager from now on: no failed attempt first.
+    state = tmp_path / "state-again"
+    state.mkdir()
+    again = run_here(spec, state, monkeypatch, until=lambda s, _out: s.phase == "ready")
+    assert again.seen is not None and "compile: eager (" in again.out
+
+
+def test_no_compile_flags_are_added_where_the_user_set_compilation(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from t4serve import compilation
+
+    assert compilation.ladder_for("auto", ["-O0"]) == ()
+    assert compilation.ladder_for("auto", ["--compilation-config", "{}"]) == ()
+    assert compilation.ladder_for("eager", ["--max-logprobs", "5"]) == (compilation.RUNGS_BY_NAME["eager"],)
+    port = free_port()
+    spec = make_spec(tmp_path, standin_argv(port), port=port, canary=False)
+    done = run_here(spec, state_dir, monkeypatch, until=lambda s, _out: s.phase == "ready")
+    assert done.seen is not None and "compile:" not in done.out

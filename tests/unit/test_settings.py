@@ -207,6 +207,7 @@ def test_directory_without_config_json(tmp_path: Path) -> None:
         ("--served-model-name x", "--served-model-name", "T4SERVE_SERVED_MODEL_NAME"),
         ("--kv-cache-memory-bytes 1G", "--kv-cache-memory-bytes", "T4SERVE_KV_CACHE_MEMORY_BYTES"),
         ("--max-num-seqs 4", "--max-num-seqs", "T4SERVE_MAX_NUM_SEQS"),
+        ("--max-num-batched-tokens 8192", "--max-num-batched-tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS"),
         ("--host 1.2.3.4", "--host", "T4SERVE_HOST"),
         ("--model x/y", "--model", "T4SERVE_MODEL"),
         ("--shutdown-timeout 5", "--shutdown-timeout", "T4SERVE_SHUTDOWN_TIMEOUT"),
@@ -474,3 +475,20 @@ def test_help_shows_every_option_with_its_variable() -> None:
             assert var.name in text
     # The token itself has no option: on a command line it would show in `ps`.
     assert "--hf-token " not in text and "env var: HF_TOKEN]" not in text
+
+
+@pytest.mark.parametrize(("raw", "key"), [("t4", "t4"), ("T4", "t4"), ("a10g", "a10g"), ("RTX-2080-Ti", "rtx2080ti"),
+                                          ("none", None), ("off", None)])
+def test_size_as_takes_a_known_gpu(raw: str, key: str | None) -> None:
+    assert Settings.from_environ({"T4SERVE_SIZE_AS": raw}).size_as == key
+
+
+def test_size_as_refuses_an_unknown_gpu_naming_the_table() -> None:
+    message = error_for({"T4SERVE_SIZE_AS": "k80"}).message()
+    assert "T4SERVE_SIZE_AS=k80" in message and "t4, rtx2080ti, a10g" in message and "set T4SERVE_SIZE_AS=t4" in message
+
+
+def test_max_num_batched_tokens_auto_or_at_least_16() -> None:
+    assert Settings.from_environ({}).max_num_batched_tokens is None
+    assert Settings.from_environ({"T4SERVE_MAX_NUM_BATCHED_TOKENS": "4096"}).max_num_batched_tokens == 4096
+    assert "T4SERVE_MAX_NUM_BATCHED_TOKENS=8" in error_for({"T4SERVE_MAX_NUM_BATCHED_TOKENS": "8"}).message()

@@ -18,6 +18,9 @@ TARGET_FUNCTION = "_get_tile_size"
 UNCLAMPED_FUNCTION = "_t4serve_unclamped_get_tile_size"
 # The module attribute that tests and the proof set to pretend a device's opt-in shared memory per block.
 OVERRIDE_ATTRIBUTE = "T4SERVE_SHARED_MEMORY_OVERRIDE"
+# The environment variable CLAMP_SOURCE reads at import into that attribute: a server sized as a smaller card
+# (T4SERVE_SIZE_AS) runs that card's tiles.
+SHARED_MEMORY_ENV = "T4SERVE_SHARED_MEMORY_PER_BLOCK"
 
 # FACTS.md, "The Turing clamp": compiled for sm_75, the attention kernels need
 # 2 B x padded head x (2 x TILE + 2 x BLOCK_M) of shared memory (K and V tiles, Q and the accumulator's staging).
@@ -32,10 +35,16 @@ ELEMENT_BYTES = 2
 # already imports (`torch`, `triton` from vllm.triton_utils), so it carries its own copy of the arithmetic.
 CLAMP_SOURCE = '''\
 import functools as _t4serve_functools
+import os as _t4serve_os
 
 # Opt-in shared memory per block (bytes) to assume instead of asking the device; None asks the device.
-# t4serve's proof sets it to a T4's 65,536 to compile and run the clamped tiles where no T4 is present.
-T4SERVE_SHARED_MEMORY_OVERRIDE: "int | None" = None
+# t4serve's proof sets it to a T4's 65,536 to compile and run the clamped tiles where no T4 is present; a server
+# sized as a smaller card (T4SERVE_SIZE_AS) gets that card's figure through T4SERVE_SHARED_MEMORY_PER_BLOCK.
+T4SERVE_SHARED_MEMORY_OVERRIDE: "int | None" = (
+    int(_t4serve_os.environ["T4SERVE_SHARED_MEMORY_PER_BLOCK"])
+    if _t4serve_os.environ.get("T4SERVE_SHARED_MEMORY_PER_BLOCK", "").isdigit()
+    else None
+)
 
 
 def _t4serve_tile_shared_memory(head_size_padded: int, tile_size: int) -> int:

@@ -70,6 +70,16 @@ _RULES: tuple[_Rule, ...] = (
         "(HF_TOKEN_FILE=/run/secrets/hf_token) or set HF_TOKEN",
     ),
     _Rule(
+        "compile_oom",
+        # torch/_inductor/exc.py InductorError wraps the OutOfMemoryError raised while Inductor compiles (and
+        # benchmarks) kernels: "torch._inductor.exc.InductorError: OutOfMemoryError: CUDA out of memory. ..."
+        re.compile(r"InductorError: (?:torch\.)?OutOfMemoryError|_inductor\S*\.OutOfMemoryError"),
+        "the GPU ran out of memory inside torch.compile (Inductor), before the KV cache was allocated: a first start "
+        "on an empty compile cache needs several GiB more than later ones",
+        "T4SERVE_COMPILE=auto (the default) retries with a cheaper compile setting and remembers what worked; "
+        "T4SERVE_COMPILE=lean, o1 or eager chooses one; the QAT checkpoint (T4SERVE_MODEL=qat) leaves more room",
+    ),
+    _Rule(
         "cuda_oom",
         re.compile(
             r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|not enough GPU memory"

@@ -1,8 +1,9 @@
 """Follow vLLM's log to know its phase and the figures it reports, and compare those with the plan's predictions.
 
 Pure: `PhaseTracker.feed(line, now)` takes one line of vLLM output and updates the phase and figures; nothing here
-reads files or clocks. Every pattern is copied from vLLM 0.33.0's own log calls (file named beside each), so a
-changed message in another release shows up as a missing figure, not a wrong one.
+reads files or clocks. Every pattern is copied from vLLM's own log calls (file named beside each) in 0.33.0, the
+image's, and 0.26.0, the GPU host's: where they differ both are matched, so a changed message in another release
+shows up as a missing figure, not a wrong one.
 """
 
 from __future__ import annotations
@@ -89,11 +90,27 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         "v1/worker/gpu_worker.py determine_available_memory",
     ),
     LogPattern(
+        "kv_memory_set",
+        re.compile(rf"reserved {_NUM} GiB memory for KV Cache as specified by kv_cache_memory_bytes"),
+        None,
+        (("kv_cache_memory_gib", 1, "GiB"),),
+        "v1/worker/gpu_worker.py determine_available_memory (a set --kv-cache-memory-bytes)",
+    ),
+    # 0.33 logs tokens and concurrency on one line ("GPU KV cache size: N tokens, Maximum concurrency for ..."),
+    # 0.26 on two (`logger.info_once` each, in get_kv_cache_configs): one pattern for each half matches both.
+    LogPattern(
         "kv_capacity",
-        re.compile(rf"KV cache size: {_NUM} tokens, Maximum concurrency for {_NUM} tokens per request: {_NUM}x"),
+        re.compile(rf"KV cache size: {_NUM} tokens"),
         "compiling",
-        (("kv_tokens", 1, "tokens"), ("max_model_len", 2, "tokens"), ("max_concurrency", 3, "x")),
-        "v1/core/kv_cache_utils.py update_kv_cache_capacity",
+        (("kv_tokens", 1, "tokens"),),
+        "v1/core/kv_cache_utils.py update_kv_cache_capacity (0.26: get_kv_cache_configs)",
+    ),
+    LogPattern(
+        "kv_concurrency",
+        re.compile(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x"),
+        "compiling",
+        (("max_model_len", 1, "tokens"), ("max_concurrency", 2, "x")),
+        "v1/core/kv_cache_utils.py update_kv_cache_capacity (0.26: get_kv_cache_configs)",
     ),
     LogPattern(
         "cuda_graphs",
@@ -137,7 +154,9 @@ class PhaseTracker:
         self._on_phase = on_phase
 
     def feed(self, line: str, now: float) -> LogEvent | None:
+        """Every pattern the line matches counts (0.33 puts two on one line); the event names the first."""
         text = _ANSI.sub("", line).rstrip("\r\n")
+        event: LogEvent | None = None
         for pattern in LOG_PATTERNS:
             match = pattern.regex.search(text)
             if match is None:
@@ -150,8 +169,11 @@ class PhaseTracker:
                 self.figures[figure.name] = figure
             if pattern.phase is not None:
                 self.advance(pattern.phase, now)
-            return LogEvent(pattern.name, pattern.phase, figures)
-        return None
+            if event is None:
+                event = LogEvent(pattern.name, pattern.phase, figures)
+            else:
+                event = LogEvent(event.pattern, event.phase or pattern.phase, event.figures + figures)
+        return event
 
     def advance(self, phase: str, now: float) -> bool:
         """Move to `phase` if it is later than the current one (or terminal); returns whether the phase changed."""

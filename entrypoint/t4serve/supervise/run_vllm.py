@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from t4serve import compilation
 from t4serve.supervise import history
 from t4serve.supervise.canary import run_canary
 from t4serve.supervise.diagnose import diagnose
@@ -87,6 +88,17 @@ class Wrapper:
         now = time.time()
         self.state = self._initial_state(now)
         self.tracker = PhaseTracker(now, on_phase=self._on_phase)
+        self.ladder = tuple(
+            compilation.Rung(name, tuple(flags), getattr(compilation.RUNGS_BY_NAME.get(name), "what", name))
+            for name, *flags in spec.compile_ladder
+        )
+        self.compile_key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
+        record, problem = compilation.load_record(Path(spec.cache_dir), self.compile_key)
+        if problem:
+            self.say(f"compile record unreadable, starting from the top of the ladder ({problem})")
+        self.compile_record = record
+        self.rung = compilation.choose_rung(self.ladder, record)
+        self.argv = [*spec.argv, *(self.rung.flags if self.rung else ())]
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -136,6 +148,12 @@ class Wrapper:
             )
         for p in self.spec.predictions.values():
             self.say(f"plan predicts {p.name} = {p.value:,.2f} {p.unit} ({p.how})")
+        if self.rung is not None:
+            why = ""
+            if self.compile_record is not None and self.compile_record.get("rung") == self.rung.name:
+                failed = ", ".join(str(f) for f in self.compile_record.get("failed", [])) or "none"
+                why = f"; recorded in {self.spec.cache_dir} (ran out of memory compiling: {failed})"
+            self.say(f"compile: {self.rung.name} ({self.rung.what}){why}")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -208,6 +226,15 @@ class Wrapper:
             )
         except OSError as exc:  # a read-only cache volume costs the estimate, not the server
             self.say(f"could not record this start in {self.spec.cache_dir}: {exc}")
+        if self.rung is not None and (self.compile_record or {}).get("rung") != self.rung.name:
+            self._record_rung(self.rung.name, failed=None)
+
+    def _record_rung(self, rung: str, failed: str | None) -> None:
+        try:
+            compilation.record_outcome(Path(self.spec.cache_dir), self.compile_key, rung=rung, failed=failed,
+                                       model=self.spec.model, gpu_name=self.spec.gpu_name)
+        except OSError as exc:  # a read-only cache volume: the next start climbs the ladder again
+            self.say(f"could not record compile rung {rung} in {self.spec.cache_dir}: {exc}")
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -216,7 +243,7 @@ class Wrapper:
         self._save()
         try:
             self.child = subprocess.Popen(
-                self.spec.argv,
+                self.argv,
                 env=self._env(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -227,9 +254,9 @@ class Wrapper:
             )
         except OSError as exc:
             with self.lock:
-                self.state = replace(self.state, reason=f"could not start {self.spec.argv[0]!r}: {exc}", exit_code=127)
+                self.state = replace(self.state, reason=f"could not start {self.argv[0]!r}: {exc}", exit_code=127)
             self.tracker.advance("failed", time.time())
-            self.say(f"could not start {self.spec.argv[0]!r}: {exc}")
+            self.say(f"could not start {self.argv[0]!r}: {exc}")
             return 127
         if self.stopping.is_set():  # the stop came while there was no child to pass it to
             self.child.send_signal(signal.SIGTERM)
@@ -259,6 +286,15 @@ class Wrapper:
             self._save()
             return code
         diagnosis = diagnose(list(self.lines), returncode, phase_at_death)
+        if diagnosis is not None and diagnosis.name == "compile_oom" and self.rung is not None:
+            lower = compilation.next_rung(self.ladder, self.rung)
+            if lower is not None:
+                self._record_rung(lower.name, failed=self.rung.name)
+                diagnosis = replace(
+                    diagnosis,
+                    fix=f"t4serve restarts vLLM with compile rung {lower.name} ({lower.what}) and remembers it in "
+                    f"{self.spec.cache_dir}; to choose yourself, set T4SERVE_COMPILE",
+                )
         with self.lock:
             self.state = replace(
                 self.state,

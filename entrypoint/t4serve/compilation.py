@@ -1,0 +1,132 @@
+"""How much vLLM compiles, as a ladder of settings from fastest-to-run to cheapest-to-start, and what worked before.
+
+A first start on an empty compile cache needs far more GPU memory than later ones: on the GPU host made a T4 in
+memory, vLLM's default torch.compile died of an out-of-memory before the KV pool existed, where a warm start fitted.
+T4SERVE_COMPILE picks a rung, or `auto` climbs down the ladder: the wrapper starts the rung the cache volume records
+as working for this server (else the first), and after an out-of-memory inside torch.compile it records the next rung,
+so the restart supervisord makes uses it and later starts skip the failure. `choose_rung` is pure; `load_record` and
+`record_outcome` are the only I/O (a JSON file under a lock in T4SERVE_CACHE_DIR, shared by the servers of a host).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from t4serve.atomic import write_atomic
+
+RECORD_FILE = "compile-ladder.json"
+LOCK_FILE = "compile-ladder.lock"
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    flags: tuple[str, ...]
+    what: str
+
+
+_NO_COMBO = json.dumps({"inductor_compile_config": {"combo_kernels": False, "benchmark_combo_kernel": False}})
+
+# Most to least compiled. vLLM's own flags only (0.26 and 0.33 take each of them).
+LADDER: tuple[Rung, ...] = (
+    Rung("full", (), "vLLM's default: torch.compile (Inductor) and full and piecewise CUDA graphs"),
+    Rung("lean", ("--compilation-config", _NO_COMBO),
+         "torch.compile without Inductor's combo kernels and their benchmarking, CUDA graphs as by default"),
+    Rung("o1", ("-O1",), "vLLM's -O1: torch.compile with piecewise CUDA graphs only"),
+    Rung("eager", ("--enforce-eager",), "no torch.compile and no CUDA graphs (slowest to run, cheapest to start)"),
+)
+RUNGS_BY_NAME = {r.name: r for r in LADDER}
+MODES = (AUTO, *RUNGS_BY_NAME)
+# Flags with which a user takes compilation into their own hands (T4SERVE_VLLM_ARGS): then t4serve adds none.
+USER_COMPILE_FLAGS = ("--enforce-eager", "--compilation-config", "-cc", "-O")
+
+
+def user_controls_compilation(vllm_args: Sequence[str]) -> bool:
+    for arg in vllm_args:
+        name = arg.split("=", 1)[0]
+        if name in ("--enforce-eager", "--compilation-config", "--compilation_config", "--enforce_eager"):
+            return True
+        if name.startswith(("-O", "-cc")) and not name.startswith("--"):
+            return True
+        if name.startswith("--compilation-config.") or name.startswith("-cc."):
+            return True
+    return False
+
+
+def ladder_for(mode: str, vllm_args: Sequence[str]) -> tuple[Rung, ...]:
+    """The rungs a server may use: all of them for `auto`, the one named otherwise, none where the user set flags."""
+    if user_controls_compilation(vllm_args):
+        return ()
+    if mode == AUTO:
+        return LADDER
+    return (RUNGS_BY_NAME[mode],)
+
+
+def record_key(model: str, gpu_name: str | None, argv: Sequence[str]) -> str:
+    """One server configuration: the same model, GPU and flags compile the same graphs."""
+    text = json.dumps([model, gpu_name, list(argv)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def choose_rung(ladder: Sequence[Rung], record: dict[str, Any] | None) -> Rung | None:
+    """The rung to start: the recorded one when it is on the ladder, else the first; None for an empty ladder."""
+    if not ladder:
+        return None
+    if record is not None:
+        recorded = record.get("rung")
+        for rung in ladder:
+            if rung.name == recorded:
+                return rung
+    return ladder[0]
+
+
+def next_rung(ladder: Sequence[Rung], current: Rung) -> Rung | None:
+    names = [r.name for r in ladder]
+    if current.name not in names:
+        return None
+    i = names.index(current.name)
+    return ladder[i + 1] if i + 1 < len(ladder) else None
+
+
+def load_record(cache_dir: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    """This configuration's record, and why the file could not be read (None when fine or absent)."""
+    records, problem = _load(cache_dir)
+    entry = records.get(key)
+    return (entry if isinstance(entry, dict) else None), problem
+
+
+def _load(cache_dir: Path) -> tuple[dict[str, Any], str | None]:
+    path = cache_dir / RECORD_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return {}, f"{path}: {exc}"
+    if not isinstance(data, dict):
+        return {}, f"{path}: not a JSON object"
+    return data, None
+
+
+def record_outcome(cache_dir: Path, key: str, *, rung: str, failed: str | None, model: str,
+                   gpu_name: str | None) -> None:
+    """Remember `rung` as the one to start with next time (and `failed` as one that ran out of memory)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records, _ = _load(cache_dir)
+        entry = records.get(key) if isinstance(records.get(key), dict) else {}
+        assert isinstance(entry, dict)
+        failures = [f for f in entry.get("failed", []) if isinstance(f, str)]
+        if failed is not None and failed not in failures:
+            failures.append(failed)
+        records[key] = {"model": model, "gpu": gpu_name, "rung": rung, "failed": failures, "updated_at": time.time()}
+        write_atomic(cache_dir / RECORD_FILE, json.dumps(records, indent=1, sort_keys=True) + "\n")

@@ -41,7 +41,7 @@ from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
 from t4serve.settings import Settings
 
-# The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (README's build
+# The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (docs/image.md's
 # table); rounded up to 10.5 GB for the layers' extraction overhead.
 IMAGE_SIZE_ESTIMATE = 10_500_000_000
 TOOLKIT_FIX = (
@@ -201,7 +201,8 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
             found,
             required,
             f"free {format_bytes(need - disk.free_bytes)} on {disk.measured_at} (`docker system df`, "
-            "`docker image prune`), or move Docker's data-root to a larger disk",
+            "`docker image prune`), or move Docker's data root to a larger disk (docs/operations.md: Moving "
+            "Docker's data root)",
         )
     return Finding("docker-disk", "ok", found, required, "")
 

@@ -319,7 +319,7 @@ def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapp
                 f"settings: {name} cannot be passed through a tool",
                 found=f"{name} in the settings",
                 required="no secrets in tool arguments (they would pass through the assistant)",
-                fix="the HF token goes in compose.yaml's hf_token secret file; the API key as README's "
+                fix="the HF token goes in compose.yaml's hf_token secret file; the API key as docs/operations.md's "
                 "'Exposing the port' describes",
             )
         if name not in VARIABLES_BY_NAME:

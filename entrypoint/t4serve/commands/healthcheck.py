@@ -1,4 +1,6 @@
 """`t4serve healthcheck`: exit 0 only when the server is ready and answers; 1 otherwise, one line on stderr why.
+`--liveness` asks a narrower question for Kubernetes' livenessProbe: should this container be restarted? Only a
+server that was ready and no longer answers /health (hung, or its engine dead) says no; a loading one never does.
 
 Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models with short timeouts;
 /v1/models carries the API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set.
@@ -135,11 +137,52 @@ def check(
     return 0, f"ready: {state.served_model_name} answers on port {state.port}"
 
 
+def check_liveness(state_dir: Path, timeout: float = PROBE_TIMEOUT_S, now: float | None = None) -> tuple[int, str]:
+    """(exit code, the one line to print): 1 only where a restart of the container is the cure.
+
+    Loading phases are alive however long they last (the startupProbe bounds the first start; a vLLM restart inside
+    the container loads again and must not be killed for it). So are `stopping` (draining), `failed` (supervisord
+    restarts vLLM, and the listener ends the container when restarts run out) and `canary_failed` (a restart would
+    load the same weights and answer the same way; readiness keeps it out of the Service and says why). `ready` is
+    alive only while /health answers 200 within `timeout`: no answer is a hang, 503 a dead engine.
+    """
+    try:
+        state = read_state(state_dir)
+    except T4ServeError as exc:
+        return 1, f"not alive: {exc.what} ({exc.found})"
+    t = time.time() if now is None else now
+    if state.phase in LOADING_PHASES:
+        return 0, f"alive, loading: {loading_line(state, t)}"
+    if state.phase != "ready":
+        return 0, f"alive: {PHASE_LABELS[state.phase]} for {fmt_duration(t - state.phase_began_at())}"
+    base = local_url(state.host, state.port)
+    try:
+        status, _ = _get_json(f"{base}/health", timeout)
+    except urllib.error.HTTPError as exc:
+        return 1, f"not alive: ready, but {base}/health answered HTTP {exc.code} (vLLM's engine is dead)"
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return 1, f"not alive: ready, but {base}/health did not answer within {timeout:g} s ({reason}): hung"
+    if status != 200:
+        return 1, f"not alive: ready, but {base}/health answered HTTP {status}"
+    return 0, f"alive: {base}/health answers"
+
+
 @click.command("healthcheck")
 @state_dir_option
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=PROBE_TIMEOUT_S, show_default=True)
-def command(state_dir: Path | None, timeout: float) -> int:
+@click.option(
+    "--liveness",
+    is_flag=True,
+    help="Answer whether the container should be restarted (Kubernetes livenessProbe): 1 only when a ready server "
+    "stopped answering /health; a loading one is alive.",
+)
+def command(state_dir: Path | None, timeout: float, liveness: bool) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""
+    if liveness:
+        code, line = check_liveness(state_dir or default_state_dir(), timeout)
+        print(f"t4serve healthcheck: {line}", file=sys.stdout if code == 0 else sys.stderr, flush=True)
+        return code
     try:
         # Else the VLLM_API_KEY a user gave vLLM directly.
         api_key = client_api_key(os.environ, "VLLM_API_KEY")

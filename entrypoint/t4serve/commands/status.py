@@ -9,10 +9,21 @@ from pathlib import Path
 
 import click
 
+from t4serve.checkpoint import builtin_facts
 from t4serve.commands.healthcheck import default_state_dir, fmt_duration, state_dir_option, time_to_ready
 from t4serve.serde import to_dict
 from t4serve.supervise.logwatch import compare, format_comparison
+from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
+
+
+def cold_budget_note(model: str) -> str:
+    """"; a cold start ... takes at most ..." for a built-in model (its size is known without a download), else ""."""
+    facts = builtin_facts(model, "status")
+    if facts is None:
+        return ""
+    budget = cold_start_budget(facts.weight_bytes)
+    return f"; a cold start (download, load, compile) is budgeted at up to {fmt_duration(budget.total_seconds)}"
 
 
 def render_status(state: ServeState, now: float) -> str:
@@ -27,7 +38,7 @@ def render_status(state: ServeState, now: float) -> str:
         left = time_to_ready(state, now)
         median = fmt_duration(state.estimate_seconds or 0)
         lines.append(
-            "estimate: no past starts of this model on this GPU yet"
+            "estimate: no past starts of this model on this GPU yet" + cold_budget_note(state.model)
             if left is None
             else f"estimate: {fmt_duration(left)} to ready (past starts took {median}, median)"
         )

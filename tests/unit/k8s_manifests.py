@@ -1,0 +1,109 @@
+"""Render deploy/kubernetes with `kubectl kustomize` and read the rendered objects: the unit tests' rules and the image
+tests' probe harness both look at what a cluster would receive, never at the source YAML."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "kubernetes"
+# Every kustomization a user may apply: the base and each overlay (found on disk, so a new overlay is tested too).
+TARGETS = ["base", *sorted(f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir())]
+KUBECTL = os.environ.get("KUBECTL", "kubectl")
+
+Obj = dict[str, Any]
+
+
+def renderer() -> list[str]:
+    """`kubectl kustomize` (kustomize built in), else a standalone `kustomize build`."""
+    kubectl = shutil.which(KUBECTL)
+    if kubectl is not None:
+        return [kubectl, "kustomize"]
+    kustomize = shutil.which("kustomize")
+    if kustomize is not None:
+        return [kustomize, "build"]
+    raise RuntimeError(
+        f"neither kubectl (KUBECTL={KUBECTL}) nor kustomize is on PATH; the Kubernetes manifest tests render with "
+        "kustomize. Fix: install kubectl >= 1.27 (https://kubernetes.io/docs/tasks/tools/) or kustomize v5, or set "
+        "KUBECTL to kubectl's path"
+    )
+
+
+def render(directory: Path) -> list[Obj]:
+    """`kubectl kustomize DIRECTORY`, parsed; a failure raises with kustomize's own message."""
+    command = [*renderer(), str(directory)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed (exit {out.returncode}):\n{out.stderr}")
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+def one(objs: list[Obj], kind: str) -> Obj:
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def kinds(objs: list[Obj]) -> list[str]:
+    return [o["kind"] for o in objs]
+
+
+def pod_spec(objs: list[Obj]) -> Obj:
+    spec: Obj = one(objs, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def container(objs: list[Obj]) -> Obj:
+    containers = pod_spec(objs)["containers"]
+    assert len(containers) == 1, f"expected one container, found {[c['name'] for c in containers]}"
+    first: Obj = containers[0]
+    return first
+
+
+def settings_data(objs: list[Obj]) -> dict[str, str]:
+    """The ConfigMap the container takes its settings from (envFrom), as the environment it becomes."""
+    names = [src["configMapRef"]["name"] for src in container(objs).get("envFrom", []) if "configMapRef" in src]
+    maps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    data: dict[str, str] = {}
+    for name in names:
+        data.update(maps[name].get("data", {}))
+    return data
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_FACTORS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
+            "T": 10**12}  # fmt: skip
+
+
+def quantity_bytes(text: str | int) -> int:
+    """A Kubernetes memory quantity ("13Gi", "2G", 1024) in bytes."""
+    match = _QUANTITY.match(str(text))
+    if not match:
+        raise ValueError(f"not a memory quantity: {text!r}")
+    return int(float(match.group(1)) * _FACTORS[match.group(2)])
+
+
+def probe_budget_s(probe: Obj) -> int:
+    """Seconds from container start until a probe with these numbers gives up: initial delay + period x threshold."""
+    return int(probe.get("initialDelaySeconds", 0)) + int(probe.get("periodSeconds", 10)) * int(
+        probe.get("failureThreshold", 3)
+    )
+
+
+def prestop_seconds(ctr: Obj) -> int:
+    """The preStop hook's sleep, from either spelling: `exec: sleep N` or the built-in `sleep: {seconds: N}`."""
+    hook = ctr.get("lifecycle", {}).get("preStop")
+    if hook is None:
+        return 0
+    if "sleep" in hook:
+        return int(hook["sleep"]["seconds"])
+    command = hook["exec"]["command"]
+    assert command[0] == "sleep" and len(command) == 2, f"preStop is not a plain sleep: {command}"
+    return int(command[1])

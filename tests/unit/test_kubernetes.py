@@ -1,0 +1,522 @@
+"""deploy/kubernetes: every kustomization renders with `kubectl kustomize`, every rendered object validates offline
+(Kubernetes' own schemas from kubernetes-validate at pinned versions; KEDA's and prometheus-operator's CRDs against
+schemas derived from their upstream CRDs, in tests/unit/data/crd), and rules hold over the rendered YAML with their
+numbers recomputed from t4serve's code: a manifest that drifts from the code fails here. Each rule also has a test
+that breaks the rendered object on purpose and sees the rule catch it, so no rule passes by looking at nothing."""
+
+from __future__ import annotations
+
+import configparser
+import copy
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from k8s_manifests import (
+    DEPLOY,
+    TARGETS,
+    Obj,
+    container,
+    kinds,
+    one,
+    pod_spec,
+    prestop_seconds,
+    probe_budget_s,
+    quantity_bytes,
+    render,
+    settings_data,
+)
+from local_http import Canned, serve
+
+from t4serve import hostmem, preflight
+from t4serve.checkpoint import ALIASES, builtin_facts
+from t4serve.commands.healthcheck import PROBE_TIMEOUT_S
+from t4serve.render import SupervisorInputs, render_supervisord_conf
+from t4serve.settings import MODEL_ALIASES, VARIABLES_BY_NAME, Settings
+from t4serve.supervise.startbudget import cold_start_budget
+from t4serve.supervise.state import RunSpec, new_state, write_state
+
+# The Kubernetes minors the built-in objects are checked against: the oldest the manifests promise to work on (every
+# field they use is GA in 1.32; kubectl 1.32 is what they were written with) and the newest kubernetes-validate 1.37.0
+# ships.
+K8S_VERSIONS = ("1.32", "1.37")
+CRD_SCHEMAS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitor_v1.json",
+}
+CRD_DIR = Path(__file__).parent / "data" / "crd"
+# supervisord's own default for a program without stopwaitsecs (the listener's section has none).
+SUPERVISORD_DEFAULT_STOPWAITSECS = 10
+# Beyond preStop and supervisord's longest stop: the kubelet's SIGKILL, PID 1's reaping and the process exit.
+GRACE_MARGIN_S = 10
+# A probe's exec runs a fresh Python (`t4serve healthcheck` starts in about 0.1 s in the image): a second of room.
+PROBE_START_S = 1.0
+HEALTHCHECK = ["t4serve", "healthcheck"]
+LIVENESS = ["t4serve", "healthcheck", "--liveness"]
+SECRET_VARIABLES = ("HF_TOKEN", "T4SERVE_API_KEY", "VLLM_API_KEY")
+SECRET_FILE_VARIABLES = ("HF_TOKEN_FILE", "T4SERVE_API_KEY_FILE")
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[Obj]]:
+    return {target: render(DEPLOY / target) for target in TARGETS}
+
+
+def composed(tmp_path: Path, resources: list[str], components: list[str]) -> list[Obj]:
+    """A user's own kustomization (outside the repository) combining an overlay with components, rendered."""
+    rel = [os.path.relpath(DEPLOY / r, tmp_path) for r in resources]
+    comps = [os.path.relpath(DEPLOY / c, tmp_path) for c in components]
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                        "resources": rel, "components": comps})
+    )
+    return render(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ render and validate
+
+
+def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str, list[Obj]]) -> None:
+    base = ["Namespace", "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "PodDisruptionBudget"]
+    expected = {
+        "base": base,
+        "overlays/gke-t4": base,
+        "overlays/eks-g4dn": base,
+        "overlays/autoscaling": [*base, "PodMonitor", "ScaledObject"],
+        "overlays/autoscaling-hpa": [*base, "HorizontalPodAutoscaler", "PodMonitor"],
+    }
+    assert sorted(rendered) == sorted(expected), "a new overlay needs its expected objects here"
+    for target, objs in rendered.items():
+        assert sorted(kinds(objs)) == sorted(expected[target]), target
+        for obj in objs:
+            if obj["kind"] != "Namespace":
+                assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
+            assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "t4serve", (target, obj["kind"])
+
+
+def validation_errors(obj: Obj, version: str) -> list[str]:
+    key = (obj["apiVersion"], obj["kind"])
+    if key in CRD_SCHEMAS:
+        schema = json.loads((CRD_DIR / CRD_SCHEMAS[key]).read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+        if not obj.get("metadata", {}).get("name"):
+            errors.append("metadata.name: missing")
+        return errors
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [str(exc)]
+    return []
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_rendered_object_validates_offline(rendered: dict[str, list[Obj]], version: str) -> None:
+    problems = [
+        f"{target} {obj['kind']}/{obj['metadata'].get('name')}: {error}"
+        for target, objs in rendered.items()
+        for obj in objs
+        for error in validation_errors(obj, version)
+    ]
+    assert problems == []
+
+
+def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) -> None:
+    objs = copy.deepcopy(rendered["overlays/autoscaling"])
+    deployment, scaled, monitor = one(objs, "Deployment"), one(objs, "ScaledObject"), one(objs, "PodMonitor")
+    typo = copy.deepcopy(deployment)
+    typo["spec"]["template"]["spec"]["enableServiceLink"] = False
+    wrong_type = copy.deepcopy(deployment)
+    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8000"
+    int_threshold = copy.deepcopy(scaled)
+    int_threshold["spec"]["triggers"][0]["metadata"]["threshold"] = 4
+    no_target = copy.deepcopy(scaled)
+    del no_target["spec"]["scaleTargetRef"]
+    bad_interval = copy.deepcopy(monitor)
+    bad_interval["spec"]["podMetricsEndpoints"][0]["interval"] = "15 seconds"
+    unknown = copy.deepcopy(monitor)
+    unknown["spec"]["podMetricEndpoints"] = []
+    for broken in (typo, wrong_type, int_threshold, no_target, bad_interval, unknown):
+        assert validation_errors(broken, K8S_VERSIONS[0]), broken["kind"]
+
+
+def test_overlays_compose_with_the_autoscaling_components(tmp_path: Path) -> None:
+    objs = composed(tmp_path, ["overlays/gke-t4"], ["components/rwx-cache", "components/monitoring", "components/keda"])
+    assert "ScaledObject" in kinds(objs) and pod_spec(objs)["nodeSelector"]
+    assert one(objs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+    for obj in objs:
+        assert validation_errors(obj, K8S_VERSIONS[0]) == [], obj["kind"]
+    assert deployment_problems(objs) == []
+
+
+# ----------------------------------------------------------------------------------------------------------- rules
+
+
+def settings_of(objs: list[Obj]) -> Settings:
+    """The ConfigMap's settings, parsed by t4serve's own table (a bad value fails here as it would in the pod)."""
+    return Settings.from_environ(settings_data(objs), cwd="/")
+
+
+def worst_stop_s(settings: Settings) -> int:
+    """The longest stop supervisord allows for what `serve` renders with these settings: each program's stopwaitsecs,
+    added up (supervisord stops its groups one after another)."""
+    conf = render_supervisord_conf(
+        SupervisorInputs(t4serve=("t4serve",), state_dir=settings.state_dir, spec_path="/tmp/run-spec.json",
+                         shutdown_timeout=settings.shutdown_timeout, max_restarts=settings.max_restarts,
+                         restart_window=settings.restart_window, telemetry_host="0.0.0.0",
+                         telemetry_port=settings.telemetry_port)
+    )
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(conf)
+    return sum(
+        parser.getint(section, "stopwaitsecs", fallback=SUPERVISORD_DEFAULT_STOPWAITSECS)
+        for section in parser.sections()
+        if section.startswith(("program:", "eventlistener:"))
+    )
+
+
+def worst_start_s(settings: Settings) -> float:
+    """The cold-start budget of the larger of the built-in models (switching T4SERVE_MODEL needs no manifest edit),
+    and of the configured model when it is neither."""
+    repos = {*ALIASES.values(), settings.model.target}
+    budgets = []
+    for repo in repos:
+        facts = builtin_facts(repo, "kubernetes rule test")
+        if facts is not None:
+            budgets.append(cold_start_budget(facts.weight_bytes).total_seconds)
+    return max(budgets)
+
+
+def _exec(probe: Obj | None) -> list[str] | None:
+    return None if probe is None else list(probe.get("exec", {}).get("command", [])) or None
+
+
+def deployment_problems(objs: list[Obj]) -> list[str]:
+    """Every rule over the rendered pod, as a list of what is wrong (empty when all hold)."""
+    problems: list[str] = []
+    spec = pod_spec(objs)
+    ctr = container(objs)
+    settings = settings_of(objs)
+
+    # One GPU per pod: t4serve plans for one device (--tensor-parallel-size 1).
+    limits, requests = ctr.get("resources", {}).get("limits", {}), ctr.get("resources", {}).get("requests", {})
+    if str(limits.get("nvidia.com/gpu")) != "1":
+        problems.append(f"GPU: limits nvidia.com/gpu is {limits.get('nvidia.com/gpu')!r}, t4serve serves one GPU")
+    if "nvidia.com/gpu" in requests and str(requests["nvidia.com/gpu"]) != "1":
+        problems.append(f"GPU: requests nvidia.com/gpu is {requests['nvidia.com/gpu']!r}")
+    if len(spec["containers"]) != 1 or spec.get("initContainers"):
+        problems.append("GPU: one container per pod (the GPU's only user)")
+
+    # /dev/shm: a memory-backed emptyDir of at least what preflight asks for.
+    mounts = {m["mountPath"]: m for m in ctr.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    shm = volumes.get(mounts.get("/dev/shm", {}).get("name", ""), {}).get("emptyDir")
+    if shm is None or shm.get("medium") != "Memory":
+        problems.append("shm: /dev/shm is not an emptyDir of medium Memory")
+    elif quantity_bytes(shm.get("sizeLimit", 0)) < preflight.SHM_RECOMMENDED:
+        problems.append(f"shm: sizeLimit {shm.get('sizeLimit')} < preflight's {preflight.SHM_RECOMMENDED} B")
+
+    # Service links: VLLM_PORT from a Service named vllm breaks vLLM.
+    if spec.get("enableServiceLinks") is not False:
+        problems.append("enableServiceLinks: must be false")
+    if any(o["kind"] == "Service" and o["metadata"]["name"] == "vllm" for o in objs):
+        problems.append("Service: named vllm")
+
+    # Probes: the canary-aware healthcheck, with time for its HTTP calls.
+    startup, ready, live = ctr.get("startupProbe"), ctr.get("readinessProbe"), ctr.get("livenessProbe")
+    if _exec(startup) != HEALTHCHECK or _exec(ready) != HEALTHCHECK:
+        problems.append(f"probes: startup and readiness must run {HEALTHCHECK}")
+    if _exec(live) != LIVENESS:
+        problems.append(f"probes: liveness must run {LIVENESS} (the plain healthcheck fails while loading)")
+    for name, probe, calls in (("startup", startup, 2), ("readiness", ready, 2), ("liveness", live, 1)):
+        if probe is not None and int(probe.get("timeoutSeconds", 1)) < calls * PROBE_TIMEOUT_S + PROBE_START_S:
+            problems.append(f"probes: {name} timeoutSeconds {probe.get('timeoutSeconds')} < {calls} x "
+                            f"{PROBE_TIMEOUT_S} s + {PROBE_START_S} s")  # fmt: skip
+    worst = worst_start_s(settings)
+    if startup is None or probe_budget_s(startup) < worst:
+        budget = probe_budget_s(startup) if startup else 0
+        problems.append(f"startup: budget {budget} s < t4serve's cold-start budget {worst:.0f} s")
+
+    # Termination: preStop, then vLLM's drain and supervisord's stop, inside the grace period.
+    grace = int(spec.get("terminationGracePeriodSeconds", 30))
+    need = prestop_seconds(ctr) + worst_stop_s(settings) + GRACE_MARGIN_S
+    if grace < need:
+        problems.append(f"grace: terminationGracePeriodSeconds {grace} < preStop {prestop_seconds(ctr)} + "
+                        f"supervisord's stop {worst_stop_s(settings)} + {GRACE_MARGIN_S} = {need}")  # fmt: skip
+    if prestop_seconds(ctr) == 0:
+        problems.append("preStop: none (endpoints need time to drop the pod before SIGTERM)")
+
+    # Secrets: only as files, through the *_FILE variables, from Secret volumes.
+    env = {e["name"]: e for e in ctr.get("env", [])}
+    for e in env.values():
+        if "secretKeyRef" in e.get("valueFrom", {}):
+            problems.append(f"secrets: {e['name']} comes from a Secret as an environment value")
+    if any("secretRef" in src for src in ctr.get("envFrom", [])):
+        problems.append("secrets: envFrom secretRef puts a Secret into the environment")
+    data = settings_data(objs)
+    for name in SECRET_VARIABLES:
+        if name in env or name in data:
+            problems.append(f"secrets: {name} is set as a value; use the *_FILE variable")
+    for name in SECRET_FILE_VARIABLES:
+        path = env.get(name, {}).get("value")
+        if path is None:
+            problems.append(f"secrets: {name} is not set")
+            continue
+        mount = next((m for p, m in mounts.items() if path.startswith(p.rstrip("/") + "/")), None)
+        volume = volumes.get(mount["name"], {}) if mount else {}
+        files = {
+            item["path"]
+            for src in [*volume.get("projected", {}).get("sources", []), {"secret": volume.get("secret")}]
+            if src.get("secret")
+            for item in src["secret"].get("items", [])
+        }
+        if mount is None or os.path.relpath(path, mount["mountPath"]) not in files:
+            problems.append(f"secrets: {name}={path} is not a file of a mounted Secret")
+        elif not mount.get("readOnly"):
+            problems.append(f"secrets: the mount {mount['mountPath']} is not read-only")
+
+    # Settings: every ConfigMap key is one of t4serve's variables (a typo would be ignored silently).
+    problems += [f"settings: {k} is not a t4serve variable" for k in data if k not in VARIABLES_BY_NAME]
+
+    # Memory: pods get no swap, so the loading peak `t4serve plan` predicts must fit in the request and the limit.
+    facts = builtin_facts(MODEL_ALIASES.get(settings.model.requested, settings.model.target), "kubernetes rule test")
+    if facts is not None:
+        need_bytes = hostmem.estimate(facts, None).need_bytes.value
+        for where, values in (("requests", requests), ("limits", limits)):
+            if quantity_bytes(values.get("memory", 0)) < need_bytes:
+                problems.append(f"memory: {where}.memory {values.get('memory')} < the {need_bytes / 2**30:.2f} GiB "
+                                f"loading {settings.model.requested} needs")  # fmt: skip
+
+    # Non-root, no privilege escalation.
+    pod_sc, ctr_sc = spec.get("securityContext", {}), ctr.get("securityContext", {})
+    if pod_sc.get("runAsNonRoot") is not True or pod_sc.get("runAsUser", 0) == 0:
+        problems.append("security: the pod must run as non-root (runAsNonRoot, runAsUser 1000)")
+    if ctr_sc.get("allowPrivilegeEscalation") is not False or ctr_sc.get("privileged"):
+        problems.append("security: allowPrivilegeEscalation must be false, privileged unset")
+    if "ALL" not in ctr_sc.get("capabilities", {}).get("drop", []):
+        problems.append("security: capabilities must drop ALL")
+
+    # Ports: the container's ports are the settings' ports, and the Service targets one that exists.
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    if ports.get("http") != settings.port or ports.get("telemetry") != settings.telemetry_port:
+        problems.append(f"ports: {ports} differ from T4SERVE_PORT {settings.port} / T4SERVE_TELEMETRY_PORT "
+                        f"{settings.telemetry_port}")  # fmt: skip
+    labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    for kind in ("Service", "PodDisruptionBudget"):
+        obj = one(objs, kind)
+        selector = obj["spec"]["selector"] if kind == "Service" else obj["spec"]["selector"]["matchLabels"]
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            problems.append(f"{kind}: selector {selector} does not select the pods {labels}")
+    for port in one(objs, "Service")["spec"]["ports"]:
+        if port["targetPort"] not in ports and port["targetPort"] not in ports.values():
+            problems.append(f"Service: targetPort {port['targetPort']} is not a container port")
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname" for t in spec.get("topologySpreadConstraints", [])):
+        problems.append("topology: no spread over nodes (kubernetes.io/hostname)")
+    return problems
+
+
+def test_the_rules_hold_for_every_kustomization(rendered: dict[str, list[Obj]]) -> None:
+    for target, objs in rendered.items():
+        assert deployment_problems(objs) == [], target
+
+
+def test_the_figures_the_rules_use() -> None:
+    """What the manifests are measured against, printed so a reader can compare with the YAML's comments."""
+    objs = render(DEPLOY / "base")
+    settings = settings_of(objs)
+    ctr = container(objs)
+    startup = probe_budget_s(ctr["startupProbe"])
+    print(f"\ncold-start budget {worst_start_s(settings):.0f} s vs startupProbe {startup} s;"
+          f" preStop {prestop_seconds(ctr)} s + supervisord stop {worst_stop_s(settings)} s + {GRACE_MARGIN_S} s vs "
+          f"grace {pod_spec(objs)['terminationGracePeriodSeconds']} s")  # fmt: skip
+    # supervisord: vLLM's drain + STOP_MARGIN_S, telemetry 5 s, the listener's default 10 s.
+    assert worst_stop_s(settings) == settings.shutdown_timeout + 30 + 5 + 10
+    longer = Settings.from_environ({**settings_data(objs), "T4SERVE_SHUTDOWN_TIMEOUT": "300"}, cwd="/")
+    assert worst_stop_s(longer) == worst_stop_s(settings) + 270
+
+
+Mutation = Callable[[list[Obj]], None]
+
+
+def _set(path: tuple[str | int, ...], value: Any) -> Mutation:
+    """Set a field of the rendered Deployment's pod spec or container (path ("pod", ...) or ("ctr", ...), list items
+    by index), or delete it (None)."""
+
+    def mutate(objs: list[Obj]) -> None:
+        where, *keys = path
+        node: Any = pod_spec(objs) if where == "pod" else container(objs)
+        for key in keys[:-1]:
+            node = node[key] if isinstance(node, list) else node.setdefault(key, {})
+        if value is None:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+
+    return mutate
+
+
+def _configmap(key: str, value: str) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        name = container(objs)["envFrom"][0]["configMapRef"]["name"]
+        next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)["data"][key] = value
+
+    return mutate
+
+
+def _add_env(entry: Obj) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        container(objs)["env"].append(entry)
+
+    return mutate
+
+
+BREAKAGES: dict[str, tuple[Mutation, str]] = {
+    "two GPUs": (_set(("ctr", "resources", "limits", "nvidia.com/gpu"), 2), "GPU:"),
+    "no GPU": (_set(("ctr", "resources", "limits"), {"memory": "13Gi"}), "GPU:"),
+    "small shm": (_set(("pod", "volumes", 1, "emptyDir", "sizeLimit"), "512Mi"), "shm:"),
+    "disk-backed shm": (_set(("pod", "volumes", 1, "emptyDir"), {"sizeLimit": "2Gi"}), "shm:"),
+    "service links on": (_set(("pod", "enableServiceLinks"), True), "enableServiceLinks"),
+    "readiness on /health": (_set(("ctr", "readinessProbe"), {"httpGet": {"path": "/health", "port": 8000}}),
+                             "probes:"),
+    "liveness = readiness": (_set(("ctr", "livenessProbe", "exec", "command"), HEALTHCHECK), "probes:"),
+    "short probe timeout": (_set(("ctr", "readinessProbe", "timeoutSeconds"), 3), "probes:"),
+    "startup too short": (_set(("ctr", "startupProbe", "failureThreshold"), 60), "startup:"),
+    # Raising the drain in the ConfigMap alone must fail: the grace period has to follow it.
+    "drain longer than grace": (_configmap("T4SERVE_SHUTDOWN_TIMEOUT", "120"), "grace:"),
+    "grace too short": (_set(("pod", "terminationGracePeriodSeconds"), 60), "grace:"),
+    "longer preStop": (_set(("ctr", "lifecycle", "preStop", "exec", "command"), ["sleep", "40"]), "grace:"),
+    "token as env": (_add_env({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}),
+                     "secrets:"),
+    "key file not mounted": (_set(("ctr", "env", 1, "value"), "/etc/api_key"), "secrets:"),
+    "setting typo": (_configmap("T4SERVE_SHUTDOWN_TIMOUT", "30"), "settings:"),
+    "bf16 in 13Gi": (_configmap("T4SERVE_MODEL", "bf16"), "memory:"),
+    "root": (_set(("pod", "securityContext", "runAsNonRoot"), False), "security:"),
+    "escalation": (_set(("ctr", "securityContext", "allowPrivilegeEscalation"), True), "security:"),
+    "wrong port": (_set(("ctr", "ports", 0, "containerPort"), 8080), "ports:"),
+    "no node spread": (_set(("pod", "topologySpreadConstraints"), None), "topology:"),
+}
+
+
+@pytest.mark.parametrize("name", list(BREAKAGES))
+def test_each_rule_catches_its_drift(rendered: dict[str, list[Obj]], name: str) -> None:
+    objs = copy.deepcopy(rendered["base"])
+    mutate, prefix = BREAKAGES[name]
+    mutate(objs)
+    problems = deployment_problems(objs)
+    assert any(p.startswith(prefix) for p in problems), problems
+
+
+# ------------------------------------------------------------------------------------- the probe commands themselves
+
+
+def _run_probe(command: list[str], state_dir: Path) -> subprocess.CompletedProcess[str]:
+    """The rendered probe's argv as the kubelet runs it, with this checkout's t4serve in place of the image's."""
+    assert command[0] == "t4serve"
+    env = {**os.environ, "T4SERVE_STATE_DIR": str(state_dir)}
+    return subprocess.run([sys.executable, "-m", "t4serve", *command[1:]], capture_output=True, text=True, env=env,
+                          timeout=30)  # fmt: skip
+
+
+def test_the_rendered_probes_tell_loading_ready_and_hung_apart(rendered: dict[str, list[Obj]], tmp_path: Path) -> None:
+    ctr = container(rendered["base"])
+    readiness, liveness = _exec(ctr["readinessProbe"]), _exec(ctr["livenessProbe"])
+    assert readiness and liveness and _exec(ctr["startupProbe"]) == readiness
+
+    def state(port: int, phase: str) -> None:
+        spec = RunSpec(["vllm", "serve", "m"], {}, "m", "gemma", "127.0.0.1", port, "float16", 30, True, None,
+                       "/nonexistent/hub", "/nonexistent/cache")  # fmt: skip
+        s = new_state(spec, started_at=time.time())
+        write_state(tmp_path, s.with_phase(phase, time.time()) if phase != "starting" else s)
+
+    state(1, "loading_weights")
+    assert _run_probe(readiness, tmp_path).returncode == 1
+    assert _run_probe(liveness, tmp_path).returncode == 0
+    models = {"object": "list", "data": [{"id": "gemma"}]}
+    with serve({"/health": Canned(), "/v1/models": Canned(body=models)}) as server:
+        state(server.port, "ready")
+        assert _run_probe(readiness, tmp_path).returncode == 0
+        assert _run_probe(liveness, tmp_path).returncode == 0
+    with serve({"/health": Canned(delay=PROBE_TIMEOUT_S + 2)}) as server:
+        state(server.port, "ready")
+        began = time.monotonic()
+        hung = _run_probe(liveness, tmp_path)
+        took = time.monotonic() - began
+    assert hung.returncode == 1 and "hung" in hung.stderr
+    assert took < int(ctr["livenessProbe"]["timeoutSeconds"])
+
+
+# ------------------------------------------------------------------------------------------------------ autoscaling
+
+
+def test_autoscaling_targets_the_deployment_and_scales_down_slower_than_a_start(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    worst = worst_start_s(settings_of(rendered["base"]))
+    for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
+        objs = rendered[target]
+        deployment = one(objs, "Deployment")
+        assert "replicas" not in deployment["spec"], f"{target}: replicas would fight the autoscaler"
+        # Replicas on several nodes need the shared cache.
+        assert one(objs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+        if "ScaledObject" in kinds(objs):
+            spec = one(objs, "ScaledObject")["spec"]
+            assert spec["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+            behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+            assert spec["maxReplicaCount"] > spec["minReplicaCount"] >= 1
+        else:
+            spec = one(objs, "HorizontalPodAutoscaler")["spec"]
+            assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                              "name": deployment["metadata"]["name"]}  # fmt: skip
+            behavior = spec["behavior"]
+        down = behavior["scaleDown"]["stabilizationWindowSeconds"]
+        up = behavior["scaleUp"]["stabilizationWindowSeconds"]
+        assert down >= worst > up, f"{target}: scale-down window {down} s vs cold-start budget {worst:.0f} s"
+        ports = {p["name"] for p in container(objs)["ports"]}
+        endpoints = one(objs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+        assert {e["port"] for e in endpoints} == ports == {"http", "telemetry"}
+
+
+def test_keda_and_the_hpa_alternative_scale_on_the_same_vllm_metric(rendered: dict[str, list[Obj]]) -> None:
+    scaled = one(rendered["overlays/autoscaling"], "ScaledObject")
+    trigger = scaled["spec"]["triggers"][0]
+    series = re.search(r"(vllm:[a-z_]+)", trigger["metadata"]["query"])
+    # The query counts the queue of the pods this ScaledObject scales, in their namespace.
+    assert f'namespace="{scaled["metadata"]["namespace"]}"' in trigger["metadata"]["query"]
+    assert trigger["type"] == "prometheus" and series and series.group(1) == "vllm:num_requests_waiting"
+    hpa = one(rendered["overlays/autoscaling-hpa"], "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]
+    values = yaml.safe_load((DEPLOY / "components" / "hpa" / "prometheus-adapter-values.yaml").read_text())
+    rule = values["rules"]["custom"][0]
+    assert rule["seriesQuery"].startswith(series.group(1) + "{")
+    # prometheus-adapter's renaming, applied as it applies it: the HPA must ask for the name the adapter serves.
+    served = re.sub(rule["name"]["matches"], rule["name"]["as"], series.group(1))
+    assert served == hpa["metric"]["name"]
+    assert float(trigger["metadata"]["threshold"]) == float(hpa["target"]["averageValue"])
+
+
+def test_cloud_overlays_select_their_gpu_nodes(rendered: dict[str, list[Obj]]) -> None:
+    gke = pod_spec(rendered["overlays/gke-t4"])
+    assert gke["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    eks = pod_spec(rendered["overlays/eks-g4dn"])
+    term = eks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    instance_types = term["matchExpressions"][0]["values"]
+    assert instance_types and all(t.startswith("g4dn.") for t in instance_types)
+    for spec in (gke, eks):
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_quantities() -> None:
+    assert quantity_bytes("13Gi") == 13 * 2**30 and quantity_bytes("2G") == 2 * 10**9 and quantity_bytes(512) == 512
+    with pytest.raises(ValueError):
+        quantity_bytes("13 GiB")
+    assert math.isclose(quantity_bytes("1.5Gi"), 1.5 * 2**30)

@@ -1,0 +1,86 @@
+"""healthcheck --liveness: restart only a ready server that stopped answering /health; never a loading one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from local_http import Canned, serve
+
+from t4serve.commands.healthcheck import check_liveness
+from t4serve.supervise.state import LOADING_PHASES, RunSpec, ServeState, new_state, write_state
+
+
+def spec(port: int) -> RunSpec:
+    return RunSpec(["vllm", "serve", "m"], {}, "m", "gemma", "0.0.0.0", port, "float16", 30, True, "Tesla T4",
+                   "/nonexistent/hub", "/nonexistent/cache")  # fmt: skip
+
+
+def state_at(port: int, phase: str, t0: float = 1000.0) -> ServeState:
+    state = new_state(spec(port), started_at=t0, now=t0)
+    return state.with_phase(phase, t0 + 10.0) if phase != "starting" else state
+
+
+@pytest.mark.parametrize("phase", LOADING_PHASES)
+def test_a_loading_server_is_alive_however_long_it_loads(tmp_path: Path, phase: str) -> None:
+    # Port 1: nothing listens, as vLLM keeps its port closed while loading; a day into the phase it is still alive.
+    write_state(tmp_path, state_at(1, phase))
+    code, line = check_liveness(tmp_path, timeout=0.5, now=1000.0 + 86400.0)
+    assert code == 0 and line.startswith("alive, loading: ")
+
+
+@pytest.mark.parametrize("phase", ["stopping", "failed", "canary_failed"])
+def test_stopping_failed_and_canary_failed_are_left_to_their_own_handling(tmp_path: Path, phase: str) -> None:
+    write_state(tmp_path, replace(state_at(1, phase), reason="why"))
+    code, line = check_liveness(tmp_path, timeout=0.5, now=1070.0)
+    assert code == 0 and line.startswith("alive: ") and "for 1m00s" in line
+
+
+def test_ready_and_answering_health_is_alive_without_touching_v1(tmp_path: Path) -> None:
+    with serve({"/health": Canned()}) as server:
+        write_state(tmp_path, state_at(server.port, "ready"))
+        assert check_liveness(tmp_path, timeout=2.0) == (0, f"alive: http://127.0.0.1:{server.port}/health answers")
+    assert [p for p, _ in server.requests] == ["/health"]
+
+
+def test_a_hung_ready_server_is_not_alive_within_the_timeout(tmp_path: Path) -> None:
+    with serve({"/health": Canned(delay=2.0)}) as server:
+        write_state(tmp_path, state_at(server.port, "ready"))
+        began = time.monotonic()
+        code, line = check_liveness(tmp_path, timeout=0.3)
+        took = time.monotonic() - began
+    assert code == 1 and "did not answer within 0.3 s" in line and line.endswith(": hung")
+    assert took < 1.5
+
+
+def test_a_dead_engine_is_not_alive(tmp_path: Path) -> None:
+    with serve({"/health": Canned(status=503)}) as server:
+        write_state(tmp_path, state_at(server.port, "ready"))
+        code, line = check_liveness(tmp_path, timeout=2.0)
+    assert code == 1 and "HTTP 503" in line and "engine is dead" in line
+
+
+def test_no_state_file_is_not_alive(tmp_path: Path) -> None:
+    code, line = check_liveness(tmp_path)
+    assert code == 1 and "state file not found" in line
+
+
+def test_the_command_flag_exits_0_while_loading_and_1_when_hung(tmp_path: Path) -> None:
+    env = {**os.environ, "T4SERVE_STATE_DIR": str(tmp_path)}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "t4serve", "healthcheck", "--liveness", "--timeout", "0.3"],
+                              capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
+
+    write_state(tmp_path, state_at(1, "compiling", t0=time.time()))
+    loading = run()
+    assert loading.returncode == 0 and loading.stdout.startswith("t4serve healthcheck: alive, loading: compiling")
+    with serve({"/health": Canned(delay=2.0)}) as server:
+        write_state(tmp_path, state_at(server.port, "ready", t0=time.time()))
+        hung = run()
+    assert hung.returncode == 1 and hung.stderr.startswith("t4serve healthcheck: not alive: ready, but ")

@@ -1,0 +1,48 @@
+"""`t4serve host-check [--json]`: can this host run the t4serve container? Run on the host, not in the image.
+
+The NVIDIA driver, the NVIDIA Container Toolkit configured for Docker, free space on Docker's data root for the
+image and the cache volumes, RAM + swap against the checkpoint's load need, and compose's /dev/shm: the same
+findings the MCP tool `check_host_capacity` returns (t4serve.hostcheck). Exit 3 on a failed check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import click
+
+from t4serve.errors import PreflightError
+from t4serve.settings import Settings, settings_options
+
+compose_file_option = click.option(
+    "--compose-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="t4serve's compose.yaml (default: T4SERVE_COMPOSE_FILE, else ./compose.yaml).",
+)
+project_option = click.option(
+    "--project", "-p", default=None, help="Compose project (default: T4SERVE_COMPOSE_PROJECT, else compose's own)."
+)
+
+
+@click.command("host-check")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@compose_file_option
+@project_option
+@settings_options
+def command(as_json: bool, compose_file: Path | None, project: str | None, settings: Settings) -> int:
+    """Check the host: NVIDIA driver, Container Toolkit, Docker disk, RAM + swap, shared memory; exit 3 on a failure."""
+    from t4serve.engine import engine_from_environ
+    from t4serve.hostcheck import check_host
+    from t4serve.preflight import format_table, has_failures
+
+    engine = engine_from_environ(os.environ, compose_file=compose_file, project=project)
+    findings = check_host(settings, os.environ, engine, engine.compose_file)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(f) for f in findings], indent=2))
+    else:
+        click.echo(format_table(findings))
+    return PreflightError.exit_code if has_failures(findings) else 0

@@ -1,0 +1,210 @@
+"""`t4serve mcp [--http HOST:PORT] [--read-only]`: the deployment's tools for an AI assistant, over MCP.
+
+Runs on the host (pip install 't4serve[mcp]', or uvx) and manages the compose deployment through the Docker Engine
+(t4serve.engine); the tools are in t4serve.mcptools and docs/mcp.md lists them. stdio by default; `--http` serves
+streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told otherwise, and then requires a bearer token from
+T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and checks the Host and Origin headers against an
+allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from t4serve.commands.host_check import compose_file_option, project_option
+from t4serve.errors import ConfigError
+
+TOKEN_MIN_CHARS = 16
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
+def read_token(environ: Mapping[str, str]) -> str:
+    """The HTTP transport's bearer token: T4SERVE_MCP_TOKEN, or the first line of T4SERVE_MCP_TOKEN_FILE."""
+    value, file = environ.get("T4SERVE_MCP_TOKEN", ""), environ.get("T4SERVE_MCP_TOKEN_FILE", "")
+    fix = "openssl rand -hex 32 > mcp_token && chmod 600 mcp_token; T4SERVE_MCP_TOKEN_FILE=$PWD/mcp_token"
+    if value and file:
+        raise ConfigError(
+            "T4SERVE_MCP_TOKEN and T4SERVE_MCP_TOKEN_FILE are both set",
+            found="both variables set",
+            required="one of them",
+            fix="unset one",
+        )
+    if file:
+        try:
+            lines = Path(file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"T4SERVE_MCP_TOKEN_FILE={file}: cannot read it",
+                found=f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}",
+                required="a readable file holding the token",
+                fix=fix,
+            ) from None
+        value = lines[0].strip() if lines else ""
+    if not value:
+        raise ConfigError(
+            "--http needs a bearer token",
+            found="T4SERVE_MCP_TOKEN and T4SERVE_MCP_TOKEN_FILE unset" if not file else f"{file} is empty",
+            required="a token clients send as `Authorization: Bearer TOKEN`",
+            fix=fix,
+        )
+    if len(value) < TOKEN_MIN_CHARS or not value.isprintable() or " " in value:
+        raise ConfigError(
+            "the MCP token is unusable",
+            found=f"{len(value)} characters" + ("" if value.isprintable() else ", unprintable ones"),
+            required=f"at least {TOKEN_MIN_CHARS} printable characters without spaces",
+            fix=fix,
+        )
+    return value
+
+
+def parse_listen(raw: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", raw
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(
+            f"--http {raw}: not HOST:PORT", found=raw, required="e.g. 127.0.0.1:8765", fix="--http 127.0.0.1:8765"
+        )
+    return host, int(port)
+
+
+def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
+    """Host header values the server answers: the address it listens on (loopback names for loopback), and each
+    --allowed-host (a name clients use, with or without :PORT)."""
+    names: list[str] = []
+    if host not in WILDCARDS:
+        names.append(f"[{host}]" if ":" in host else host)
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if loopback:
+            names += ["127.0.0.1", "localhost", "[::1]"]
+    names += list(extra)
+    hosts = list(dict.fromkeys(_with_port(name, port) for name in names))
+    if not hosts:
+        raise ConfigError(
+            f"--http {host}:{port} listens on every address, so the Host allow-list needs names",
+            found="no --allowed-host",
+            required="the host name(s) clients connect with",
+            fix=f"--allowed-host my-gpu-box (repeatable), or --http 127.0.0.1:{port}",
+        )
+    return hosts
+
+
+def _with_port(name: str, port: int) -> str:
+    """NAME -> NAME:PORT; a name that has its port (host:8765, [::1]:8765) stays."""
+    if name.startswith("["):
+        return name if "]:" in name else f"{name}:{port}"
+    return name if ":" in name else f"{name}:{port}"
+
+
+class BearerToken:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer TOKEN`, else 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            given = b""
+            for key, value in scope.get("headers", []):
+                if key.lower() == b"authorization":
+                    given = value
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <T4SERVE_MCP_TOKEN>"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Any, token: str, hosts: list[str]) -> Any:
+    """The SDK's streamable-HTTP app with its DNS-rebinding protection on (Host and Origin allow-lists), behind the
+    bearer token."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
+    )
+    return BearerToken(server.streamable_http_app(transport_security=security), token)
+
+
+@click.command("mcp")
+@click.option(
+    "--http",
+    "listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Serve streamable HTTP at http://HOST:PORT/mcp (needs T4SERVE_MCP_TOKEN or _FILE); default stdio.",
+)
+@click.option(
+    "--allowed-host",
+    "extra_hosts",
+    multiple=True,
+    metavar="NAME[:PORT]",
+    help="A Host header value to accept besides the listen address (repeatable).",
+)
+@click.option("--read-only", is_flag=True, help="Expose only the read-only tools.")
+@compose_file_option
+@project_option
+def command(
+    listen: str | None, extra_hosts: tuple[str, ...], read_only: bool, compose_file: Path | None, project: str | None
+) -> int:
+    """Serve the deployment's tools (host checks, plan, start/stop, status, logs, query, benchmark) over MCP."""
+    try:
+        from t4serve.mcptools import ToolEnv, build_server, default_data_dir
+    except ImportError as exc:
+        raise ConfigError(
+            "t4serve mcp needs the MCP SDK",
+            found=f"{exc}",
+            required="t4serve installed with its mcp extra",
+            fix="pip install 't4serve[mcp]' (or: uvx --from 't4serve[mcp]' t4serve mcp)",
+        ) from None
+    from t4serve.engine import engine_from_environ
+
+    environ = dict(os.environ)
+    engine = engine_from_environ(environ, compose_file=compose_file, project=project)
+    env = ToolEnv(engine=engine, environ=environ, data_dir=default_data_dir(environ), compose_file=engine.compose_file)
+    if not engine.compose_file.is_file():
+        click.echo(
+            f"t4serve mcp: warning: no compose file at {engine.compose_file}; the tools that manage the service "
+            "answer with an error until --compose-file (or T4SERVE_COMPOSE_FILE) names t4serve's compose.yaml",
+            err=True,
+        )
+    server = build_server(env, read_only=read_only)
+    if listen is None:
+        server.run("stdio")
+        return 0
+    host, port = parse_listen(listen)
+    token = read_token(environ)
+    app = http_app(server, token, allowed_hosts(host, port, extra_hosts))
+
+    import anyio
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    click.echo(f"t4serve mcp: streamable HTTP on http://{host}:{port}/mcp (bearer token required)", err=True)
+    anyio.run(uvicorn.Server(config).serve)
+    return 0

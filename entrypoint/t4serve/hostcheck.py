@@ -1,0 +1,304 @@
+"""Host checks: can this host run the t4serve container? The same `Finding` type as preflight, for the host side.
+
+Preflight runs inside the container and sees what the container sees; these run on the host, before any container:
+the NVIDIA driver (NVML on the host), the NVIDIA Container Toolkit and its Docker runtime, free space on Docker's data
+root for the image and the cache volumes (named volumes live there), RAM + swap against the checkpoint's load need
+(within compose's memory limit when one is set), and the /dev/shm compose gives the service. `t4serve host-check`
+prints them; the MCP tool `check_host_capacity` returns them. The engine is reached only through t4serve.engine;
+the image's build manifest is read from a throwaway container of the image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from t4serve import __version__
+from t4serve.derived import format_bytes
+from t4serve.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
+from t4serve.errors import EngineError
+from t4serve.facts import FACTS_SCHEMA, BuildManifest, Facts, GpuFacts
+from t4serve.pipeline import probe_settings_model
+from t4serve.preflight import (
+    DISK_NEED_BY_ROLE,
+    HF_CACHE_HEADROOM,
+    SHM_RECOMMENDED,
+    Finding,
+    check_capability,
+    check_driver,
+    check_host_memory,
+    check_torch_arch,
+    check_torch_cuda,
+)
+from t4serve.probes.gpu import Nvml, probe_gpu
+from t4serve.probes.host import probe_host
+from t4serve.probes.manifest import probe_manifest
+from t4serve.settings import Settings
+
+# The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (docs/image.md's
+# table); rounded up to 10.5 GB for the layers' extraction overhead.
+IMAGE_SIZE_ESTIMATE = 10_500_000_000
+TOOLKIT_FIX = (
+    "install the NVIDIA Container Toolkit (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/"
+    "latest/install-guide.html), then `sudo nvidia-ctk runtime configure --runtime=docker && "
+    "sudo systemctl restart docker`"
+)
+DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+DRIVER_FIX = "install the NVIDIA driver 580 or newer on the host (`nvidia-smi` then shows it)"
+
+
+def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
+    """The image's build manifest, read in a throwaway container; absent (with why) when the image is not local."""
+    label = f"{engine.image_ref}:{MANIFEST_PATH}"
+    if image is None:
+        return BuildManifest(
+            path=label,
+            present=False,
+            error=f"the image {engine.image_ref} is not on this host (apply_turing_patch or scripts/build-image "
+            "builds it)",
+        )
+    text = engine.read_image_file(MANIFEST_PATH)
+    if text is None:
+        return BuildManifest(path=label, present=False, error=f"no build manifest at {label}")
+    with tempfile.TemporaryDirectory(prefix="t4serve-manifest-") as folder:
+        path = Path(folder) / "build-manifest.json"
+        path.write_text(text, encoding="utf-8")
+        manifest = probe_manifest(str(path))
+    error = manifest.error.replace(str(path), label) if manifest.error else None
+    return dataclasses.replace(manifest, path=label, error=error)
+
+
+def host_gpu(environ: Mapping[str, str], nvml: Nvml | None = None) -> GpuFacts:
+    """NVML on the host: the driver and every GPU it sees (NVIDIA_VISIBLE_DEVICES does not apply here)."""
+    return probe_gpu({k: v for k, v in environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES",)}, nvml)
+
+
+def host_facts(
+    settings: Settings,
+    environ: Mapping[str, str],
+    engine: Engine,
+    *,
+    info: EngineInfo,
+    image: ImageInfo | None,
+    manifest: BuildManifest | None = None,
+    nvml: Nvml | None = None,
+    proc_root: str = "/proc",
+    sys_root: str = "/sys",
+) -> Facts:
+    """Facts as the host sees them: its GPU and memory, Docker's data root as the one disk, the image's manifest."""
+    host = probe_host(
+        disk_paths={"docker_data_root": info.data_root}, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=()
+    )
+    return Facts(
+        schema=FACTS_SCHEMA,
+        t4serve_version=__version__,
+        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        gpu=host_gpu(environ, nvml),
+        host=host,
+        manifest=manifest if manifest is not None else image_manifest(engine, image),
+        model=probe_settings_model(settings),
+        provenance="probed on the host by t4serve host-check",
+    )
+
+
+def compose_limits(compose_text: str) -> tuple[int | None, int | None, bool]:
+    """(shm_size, mem_limit, ipc host) of the service, read from compose.yaml's own lines."""
+
+    def size(key: str) -> int | None:
+        match = re.search(
+            rf"^\s+{key}:\s*['\"]?([0-9.]+)\s*([bkmgt]?)b?['\"]?\s*$", compose_text, re.MULTILINE | re.IGNORECASE
+        )
+        if not match:
+            return None
+        # Docker's units are binary: 2gb is 2 GiB, 512m is 512 MiB.
+        return int(float(match.group(1)) * DOCKER_SIZE_UNITS[match.group(2).lower()])
+
+    ipc_host = re.search(r"^\s+ipc:\s*['\"]?host['\"]?\s*$", compose_text, re.MULTILINE) is not None
+    return size("shm_size"), size("mem_limit"), ipc_host
+
+
+def check_gpu_driver(gpu: GpuFacts) -> Finding:
+    required = "the NVIDIA driver loaded on the host, with at least one GPU"
+    if not gpu.nvml_available:
+        return Finding(
+            "host-gpu", "fail", f"NVML unavailable on the host: {gpu.error or 'no reason given'}", required, DRIVER_FIX
+        )
+    if not gpu.devices:
+        return Finding(
+            "host-gpu",
+            "fail",
+            f"driver {gpu.driver_version} but no GPU ({gpu.error or 'none listed'})",
+            required,
+            "check `nvidia-smi`; reseat or re-enable the GPU",
+        )
+    names = ", ".join(f"{d.index}: {d.name}" for d in gpu.devices)
+    return Finding("host-gpu", "ok", f"driver {gpu.driver_version}; {names}", required, "")
+
+
+def check_toolkit(info: EngineInfo, which: Callable[[str], str | None] = shutil.which) -> Finding:
+    required = "the NVIDIA Container Toolkit, configured as a Docker runtime (or CDI specs for the engine)"
+    ctk = which("nvidia-ctk") or which("nvidia-container-runtime")
+    if "nvidia" in info.runtimes:
+        default = " (the default runtime)" if info.default_runtime == "nvidia" else ""
+        return Finding(
+            "container-toolkit", "ok", f"Docker {info.server_version} has the nvidia runtime{default}", required, ""
+        )
+    if ctk:
+        return Finding(
+            "container-toolkit",
+            "fail",
+            f"{ctk} is installed, but Docker's runtimes are {', '.join(info.runtimes) or 'none'}",
+            required,
+            "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`",
+        )
+    return Finding(
+        "container-toolkit",
+        "fail",
+        f"no nvidia runtime in Docker ({', '.join(info.runtimes) or 'none'}) and no nvidia-ctk on PATH",
+        required,
+        TOOLKIT_FIX,
+    )
+
+
+def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings) -> Finding:
+    """Docker's data root holds the image and the named cache volumes: the image when absent, the checkpoint (the
+    first start downloads it into the hf-cache volume) and the compile caches."""
+    disk = next(d for d in facts.host.disks if d.role == "docker_data_root")
+    model = facts.model
+    weights = model.weight_bytes if model is not None else 0
+    parts = [
+        (
+            "image",
+            0 if image is not None else IMAGE_SIZE_ESTIMATE,
+            f"{image.ref} present" if image is not None else "to build or pull, 9.96 GB measured",
+        ),
+        (
+            "checkpoint",
+            weights + HF_CACHE_HEADROOM,
+            f"{model.requested if model else settings.model.target} into the hf-cache volume"
+            + ("" if weights else "; its size is unknown, only the tokenizer and config are counted"),
+        ),
+        (
+            "compile caches",
+            sum(DISK_NEED_BY_ROLE[r] for r in ("compile_cache", "triton_cache", "inductor_cache")),
+            "the compile-cache volume, estimate",
+        ),
+    ]
+    need = sum(n for _, n, _ in parts)
+    required = f"{format_bytes(need)} = " + " + ".join(f"{what} {format_bytes(n)} ({why})" for what, n, why in parts)
+    found = f"{format_bytes(disk.free_bytes)} free at {disk.measured_at} (Docker's data root {disk.path})"
+    if disk.free_bytes < need:
+        return Finding(
+            "docker-disk",
+            "fail",
+            found,
+            required,
+            f"free {format_bytes(need - disk.free_bytes)} on {disk.measured_at} (`docker system df`, "
+            "`docker image prune`), or move Docker's data root to a larger disk (docs/operations.md: Moving "
+            "Docker's data root)",
+        )
+    return Finding("docker-disk", "ok", found, required, "")
+
+
+def check_compose_shm(shm: int | None, ipc_host: bool, compose_file: Path) -> Finding:
+    required = f"shm_size >= {format_bytes(SHM_RECOMMENDED)} (or ipc: host) for the service"
+    if ipc_host:
+        return Finding("shm", "ok", f"{compose_file.name}: ipc: host (the host's /dev/shm)", required, "")
+    if shm is None:
+        return Finding(
+            "shm",
+            "fail",
+            f"{compose_file.name} sets no shm_size: Docker's 64 MiB default",
+            required,
+            f"add `shm_size: 2gb` to the service in {compose_file}",
+        )
+    found = f"{compose_file.name}: shm_size {format_bytes(shm)}"
+    if shm < SHM_RECOMMENDED:
+        return Finding("shm", "warn", found, required, f"raise shm_size to 2gb in {compose_file}")
+    return Finding("shm", "ok", found, required, "")
+
+
+def check_host(
+    settings: Settings,
+    environ: Mapping[str, str],
+    engine: Engine,
+    compose_file: Path,
+    *,
+    nvml: Nvml | None = None,
+    proc_root: str = "/proc",
+    sys_root: str = "/sys",
+    which: Callable[[str], str | None] = shutil.which,
+) -> list[Finding]:
+    """Every host check, in the order their failures get more expensive to find later."""
+    try:
+        info = engine.info()
+    except EngineError as exc:
+        return [Finding("docker", "fail", exc.found or exc.what, "a Docker engine this user can reach", exc.fix or "")]
+    image = engine.image()
+    facts = host_facts(
+        settings, environ, engine, info=info, image=image, nvml=nvml, proc_root=proc_root, sys_root=sys_root
+    )
+    findings = [
+        Finding("docker", "ok", f"Docker {info.server_version}, data root {info.data_root}", "a Docker engine", ""),
+        check_gpu_driver(facts.gpu),
+    ]
+    if facts.gpu.nvml_available:
+        findings.append(check_driver(facts))
+    findings.append(check_toolkit(info, which))
+    findings.append(check_docker_disk(facts, image, settings))
+    try:
+        compose_text = compose_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        findings.append(
+            Finding(
+                "compose",
+                "fail",
+                f"{compose_file}: {exc.strerror or exc}",
+                "the t4serve compose.yaml",
+                "pass --compose-file PATH to t4serve's compose.yaml",
+            )
+        )
+        return findings
+    shm, mem_limit, ipc_host = compose_limits(compose_text)
+    if mem_limit is not None:
+        # compose's mem_limit becomes the container's cgroup limit: the load must fit inside it.
+        facts = dataclasses.replace(facts, host=dataclasses.replace(facts.host, cgroup_memory_limit_bytes=mem_limit))
+    findings.append(check_host_memory(facts, settings))
+    findings.append(check_compose_shm(shm, ipc_host, compose_file))
+    return findings
+
+
+def arch_findings(facts: Facts) -> list[Finding]:
+    """verify_gpu_arch: each host GPU's capability, the driver against the image's CUDA, the image's torch build and
+    arch list against each GPU."""
+    findings = [check_gpu_driver(facts.gpu)]
+    if not facts.gpu.nvml_available or not facts.gpu.devices:
+        return findings
+    findings.append(check_driver(facts))
+    manifest = facts.manifest
+    if manifest.present:
+        findings.append(check_torch_cuda(manifest))
+    else:
+        findings.append(
+            Finding(
+                "manifest",
+                "fail",
+                manifest.error or "missing",
+                "the image's build manifest",
+                "build the image (apply_turing_patch, or scripts/build-image)",
+            )
+        )
+    for device in facts.gpu.devices:
+        cap = check_capability(device)
+        findings.append(dataclasses.replace(cap, found=f"GPU {device.index}: {cap.found}"))
+        if manifest.present and manifest.torch_arch_list:
+            arch = check_torch_arch(manifest, device)
+            findings.append(dataclasses.replace(arch, found=f"GPU {device.index}: {arch.found}"))
+    return findings

@@ -1,0 +1,115 @@
+"""FakeEngine: a test double of t4serve.engine.Engine, standing for the Docker Engine reached through the docker and
+compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
+
+It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
+container, its log lines and the server's state file (what `t4serve status --json` prints in the container). The
+container's /cache/t4serve/bench folder is a real folder under `root`, and `exec` of python3 runs the given script
+against it with this Python, so the tool's in-container reader runs for real. Every call is recorded in `calls`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from t4serve.engine import Completed, EngineInfo, ImageInfo, ServiceContainer
+from t4serve.serde import to_dict
+from t4serve.supervise.state import ServeState
+
+
+@dataclass
+class FakeEngine:
+    root: Path
+    image_ref: str = "t4serve:dev"
+    image_present: bool = True
+    manifest: dict[str, object] | None = None
+    runtimes: list[str] = field(default_factory=lambda: ["io.containerd.runc.v2", "nvidia", "runc"])
+    verify_code: int = 0
+    build_code: int = 0
+    build_lines: list[str] = field(default_factory=lambda: ["#1 [base] FROM debian:trixie-slim", "#9 DONE 1.2s"])
+    container: ServiceContainer | None = None
+    state: ServeState | None = None
+    log_lines: list[str] = field(default_factory=list)
+    api_port: int | None = None
+    calls: list[tuple[str, object]] = field(default_factory=list)
+
+    @property
+    def project_directory(self) -> Path:
+        return self.root / "project"
+
+    def in_container(self, path: str) -> Path:
+        """Where a container path lives in this double's file system."""
+        return self.root / "container" / path.lstrip("/")
+
+    def info(self) -> EngineInfo:
+        self.calls.append(("info", None))
+        return EngineInfo("27.3.1-fake", str(self.root), sorted(self.runtimes), "runc")
+
+    def image(self) -> ImageInfo | None:
+        if not self.image_present:
+            return None
+        return ImageInfo(self.image_ref, "sha256:" + "ab" * 32, 9_960_000_000, "2026-12-03T10:00:00Z")
+
+    def read_image_file(self, path: str) -> str | None:
+        self.calls.append(("read_image_file", path))
+        if not self.image_present or self.manifest is None:
+            return None
+        return json.dumps(self.manifest)
+
+    def run_in_image(self, args: Sequence[str], timeout: float) -> Completed:
+        self.calls.append(("run_in_image", list(args)))
+        out = "step 1: clamp located\nstep 2: compiled for sm_75: 65,536 B\nstep 3: interpreter max abs error 0.0"
+        return Completed(self.verify_code, out if self.verify_code == 0 else "step 2: FAILED", "")
+
+    def build_image(self, on_line: Callable[[str], None], timeout: float = 3600.0) -> Completed:
+        self.calls.append(("build_image", None))
+        for line in self.build_lines:
+            on_line(line)
+        if self.build_code == 0:
+            self.image_present = True
+        return Completed(self.build_code, "\n".join(self.build_lines), "")
+
+    def up(self, environment: Mapping[str, str], compose_env: Mapping[str, str]) -> ServiceContainer:
+        self.calls.append(("up", {"environment": dict(environment), "compose_env": dict(compose_env)}))
+        self.container = ServiceContainer("c0ffee123456", "t4serve-t4serve-1", "running", "starting", 0,
+                                          "2026-12-03T10:00:00Z", self.image_ref)  # fmt: skip
+        return self.container
+
+    def service(self) -> ServiceContainer | None:
+        return self.container
+
+    def down(self, timeout: int) -> ServiceContainer | None:
+        self.calls.append(("down", timeout))
+        before, self.container, self.state = self.container, None, None
+        return before
+
+    def logs(self, container: str, tail: int, since: str | None) -> str:
+        self.calls.append(("logs", (container, tail, since)))
+        return "".join(line + "\n" for line in self.log_lines[-tail:])
+
+    def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed:
+        self.calls.append(("exec", (list(args), detach)))
+        if list(args[:3]) == ["t4serve", "status", "--json"]:
+            if self.state is None:
+                return Completed(2, "", "t4serve: cannot read the state file /tmp/t4serve/state.json")
+            return Completed(0, json.dumps(to_dict(self.state)), "")
+        if args[0] == "python3":
+            # The tool's reader script, run here against this double's copy of the container's folder.
+            mapped = [str(self.in_container(a)) if a.startswith("/cache/") else a for a in args[1:]]
+            done = subprocess.run([sys.executable, *mapped], capture_output=True, text=True, timeout=30)
+            return Completed(done.returncode, done.stdout, done.stderr)
+        if args[0] == "sh":
+            return Completed(0, "", "")
+        return Completed(127, "", f"{args[0]}: not found")
+
+    def published_port(self, container: str, port: int) -> tuple[str, int] | None:
+        return ("127.0.0.1", self.api_port) if self.api_port is not None else None
+
+    def copy_out(self, container: str, source: str, destination: Path) -> None:
+        self.calls.append(("copy_out", (source, str(destination))))
+        shutil.copytree(self.in_container(source), destination)

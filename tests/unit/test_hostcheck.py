@@ -1,0 +1,139 @@
+"""Host checks (t4serve.hostcheck) and `t4serve host-check`: the Docker side is FakeEngine (tests/unit/fake_engine.py),
+the host's NVML FakeNvml; /proc, /sys and the disk are this machine's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeEngine
+from sample_facts import MANIFEST
+from test_probes_gpu import FakeDevice, FakeNvml
+
+from t4serve import cli
+from t4serve.derived import format_bytes
+from t4serve.engine import EngineInfo
+from t4serve.hostcheck import (
+    IMAGE_SIZE_ESTIMATE,
+    check_compose_shm,
+    check_docker_disk,
+    check_host,
+    check_toolkit,
+    compose_limits,
+    host_facts,
+    image_manifest,
+)
+from t4serve.serde import to_dict
+from t4serve.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 2**30
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> FakeEngine:
+    manifest = {k: v for k, v in to_dict(MANIFEST).items() if k not in ("path", "present", "error")}
+    return FakeEngine(tmp_path, manifest=manifest)
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_environ({"HF_HUB_OFFLINE": "1", **env})
+
+
+def test_compose_limits_read_docker_sizes() -> None:
+    assert compose_limits((REPO / "compose.yaml").read_text()) == (2 * GIB, None, False)
+    text = "services:\n  t4serve:\n    shm_size: '512m'\n    mem_limit: 8g\n    ipc: host\n"
+    assert compose_limits(text) == (512 * 2**20, 8 * GIB, True)
+    assert compose_limits("services:\n  t4serve:\n    image: x\n") == (None, None, False)
+
+
+def test_shm_levels(tmp_path: Path) -> None:
+    compose = tmp_path / "compose.yaml"
+    assert check_compose_shm(2 * GIB, False, compose).level == "ok"
+    assert check_compose_shm(None, True, compose).level == "ok"
+    low = check_compose_shm(256 * 2**20, False, compose)
+    assert low.level == "warn" and "2gb" in low.fix
+    missing = check_compose_shm(None, False, compose)
+    assert missing.level == "fail" and "64 MiB" in missing.found and "shm_size: 2gb" in missing.fix
+
+
+def test_toolkit_configured_installed_or_missing() -> None:
+    configured = EngineInfo("27.0", "/var/lib/docker", ["nvidia", "runc"], "runc")
+    assert check_toolkit(configured, lambda name: None).level == "ok"
+    bare = EngineInfo("27.0", "/var/lib/docker", ["runc"], "runc")
+    installed = check_toolkit(bare, lambda name: "/usr/bin/nvidia-ctk" if name == "nvidia-ctk" else None)
+    assert installed.level == "fail" and installed.fix.startswith("`sudo nvidia-ctk runtime configure")
+    missing = check_toolkit(bare, lambda name: None)
+    assert missing.level == "fail" and "install the NVIDIA Container Toolkit" in missing.fix
+
+
+def test_docker_disk_counts_the_image_only_when_absent(engine: FakeEngine) -> None:
+    s = settings()
+    facts = host_facts(s, {}, engine, info=engine.info(), image=engine.image(), nvml=FakeNvml([FakeDevice()]))
+    disk = facts.host.disks[0]
+    present = check_docker_disk(facts, engine.image(), s)
+    absent = check_docker_disk(facts, None, s)
+    assert f"image {format_bytes(0)} (t4serve:dev present)" in present.required
+    assert f"image {format_bytes(IMAGE_SIZE_ESTIMATE)} (to build or pull" in absent.required
+    tight = dataclasses.replace(facts, host=dataclasses.replace(facts.host, disks=[
+        dataclasses.replace(disk, free_bytes=5 * GIB)]))  # fmt: skip
+    short = check_docker_disk(tight, None, s)
+    assert short.level == "fail" and "docker system df" in short.fix and "free " in short.fix
+
+
+def test_image_manifest_read_from_the_image_or_says_why_not(engine: FakeEngine) -> None:
+    manifest = image_manifest(engine, engine.image())
+    assert manifest.present and manifest.torch_arch_list == MANIFEST.torch_arch_list
+    assert manifest.path == "t4serve:dev:/etc/t4serve/build-manifest.json"
+    assert ("read_image_file", "/etc/t4serve/build-manifest.json") in engine.calls
+    absent = image_manifest(engine, None)
+    assert not absent.present and "apply_turing_patch" in (absent.error or "")
+    engine.manifest = {"torch_arch_list": "sm_75"}  # a wrong shape
+    broken = image_manifest(engine, engine.image())
+    assert not broken.present and "t4serve:dev:/etc/t4serve/build-manifest.json" in (broken.error or "")
+    assert "/tmp/" not in (broken.error or "")
+
+
+def test_check_host_with_a_memory_limit_in_compose(engine: FakeEngine, tmp_path: Path) -> None:
+    compose = tmp_path / "compose.yaml"
+    compose.write_text((REPO / "compose.yaml").read_text().replace("shm_size: 2gb", "shm_size: 2gb\n    mem_limit: 1g"))
+    findings = {f.check: f for f in check_host(settings(), {}, engine, compose, nvml=FakeNvml([FakeDevice()]))}
+    memory = findings["host-memory"]
+    assert memory.level == "fail" and "memory limit" in memory.fix and "mem_limit" in memory.fix
+    assert [f for f in findings] == ["docker", "host-gpu", "driver", "container-toolkit", "docker-disk",
+                                     "host-memory", "shm"]  # fmt: skip
+
+
+def test_check_host_without_a_compose_file(engine: FakeEngine, tmp_path: Path) -> None:
+    findings = check_host(settings(), {}, engine, tmp_path / "nowhere.yaml", nvml=FakeNvml([FakeDevice()]))
+    assert findings[-1].check == "compose" and findings[-1].level == "fail" and "--compose-file" in findings[-1].fix
+
+
+def test_host_check_command(engine: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The command's own wiring, with the engine faked and NVML real: this machine has no GPU, so exit 3."""
+    shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
+    monkeypatch.setattr("t4serve.engine.engine_from_environ", lambda environ, **kw: _with_file(engine, kw))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = cli.main(["host-check", "--json", "--compose-file", str(tmp_path / "compose.yaml")])
+    out = json.loads(capsys.readouterr().out)
+    levels = {f["check"]: f["level"] for f in out}
+    assert levels["container-toolkit"] == "ok" and levels["shm"] == "ok"
+    assert code == (3 if "fail" in levels.values() else 0)
+    code = cli.main(["host-check", "--compose-file", str(tmp_path / "compose.yaml")])
+    assert "container-toolkit" in capsys.readouterr().out
+
+
+def _with_file(engine: FakeEngine, options: dict[str, object]) -> FakeEngine:
+    engine.compose_file = options["compose_file"]  # type: ignore[attr-defined]
+    return engine
+
+
+def test_docker_disk_says_when_the_checkpoint_size_is_unknown(engine: FakeEngine) -> None:
+    s = settings(T4SERVE_MODEL="org/not-local")
+    facts = host_facts(s, {}, engine, info=engine.info(), image=None, nvml=FakeNvml([FakeDevice()]))
+    finding = check_docker_disk(facts, None, s)
+    assert "org/not-local into the hf-cache volume; its size is unknown" in finding.required

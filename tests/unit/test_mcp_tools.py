@@ -1,0 +1,540 @@
+"""Every `t4serve mcp` tool through the MCP SDK's own client, in memory (mcp.Client on the MCPServer). The Docker side
+is FakeEngine (tests/unit/fake_engine.py) and the host's NVML is FakeNvml (a T4); the OpenAI API of a running server
+is tests/unit/local_http.py. The checks, plan, settings parser and state reader are t4serve's own, unfaked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fake_engine import FakeEngine
+from local_http import Canned, serve
+from mcp import Client
+from mcp.types import CallToolResult
+from sample_facts import MANIFEST
+from test_probes_gpu import FakeDevice, FakeNvml
+
+from t4serve.mcptools import MAX_LOG_BYTES, TOOL_ANNOTATIONS, ToolEnv, build_server
+from t4serve.serde import to_dict
+from t4serve.supervise.state import STATE_SCHEMA, CanaryRecord, Figure, PhaseMark, Prediction, ServeState
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = 1_790_000_000.0
+API_KEY = "sk-test-0123456789abcdef0123"
+HF_TOKEN = "hf_testtoken_abcdefghijklmnop"
+READ_ONLY_TOOLS = {"check_host_capacity", "verify_gpu_arch", "verify_turing_patch", "plan", "server_status",
+                   "server_logs", "benchmark_status", "query"}  # fmt: skip
+
+
+def manifest_file(**changes: Any) -> dict[str, Any]:
+    """The build manifest as the image stores it (the reader fields are the reader's)."""
+    data: dict[str, Any] = {k: v for k, v in to_dict(MANIFEST).items() if k not in ("path", "present", "error")}
+    data.update(changes)
+    return data
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> FakeEngine:
+    fake = FakeEngine(tmp_path, manifest=manifest_file())
+    fake.project_directory.mkdir()
+    shutil.copy(REPO / "compose.yaml", fake.project_directory / "compose.yaml")
+    return fake
+
+
+@pytest.fixture
+def environ(tmp_path: Path) -> dict[str, str]:
+    secret = tmp_path / "hf_token"
+    secret.write_text(HF_TOKEN)
+    return {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_TOKEN_SECRET_FILE": str(secret),
+            "T4SERVE_API_KEY": API_KEY}  # fmt: skip
+
+
+def tool_env(engine: FakeEngine, environ: dict[str, str], devices: list[FakeDevice] | None = None) -> ToolEnv:
+    return ToolEnv(engine=engine, environ=environ, data_dir=engine.root / "data",  # type: ignore[arg-type]
+                   compose_file=engine.project_directory / "compose.yaml",
+                   clock=lambda: NOW, nvml=FakeNvml([FakeDevice()] if devices is None else devices))  # fmt: skip
+
+
+def call(env: ToolEnv, name: str, args: dict[str, Any] | None = None, *, read_only: bool = False,
+         progress: Callable[..., Any] | None = None) -> CallToolResult:  # fmt: skip
+    server = build_server(env, read_only=read_only)
+
+    async def go() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool(name, args or {}, progress_callback=progress)
+
+    return anyio.run(go)
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    assert "Traceback" not in text
+    return text
+
+
+def serve_state(phase: str = "ready", **changes: Any) -> ServeState:
+    t0 = NOW - 200
+    marks = [PhaseMark("starting", t0), PhaseMark("loading_weights", t0 + 5)]
+    if phase == "ready":
+        marks += [PhaseMark("canary", t0 + 150), PhaseMark("ready", t0 + 160)]
+    state = ServeState(
+        schema=STATE_SCHEMA, phase=phase, started_at=t0, attempt_started_at=t0, updated_at=NOW, attempt=1,
+        model="google/gemma-4-E2B-it-qat-w4a16-ct", served_model_name="gemma-4-e2b", host="0.0.0.0", port=8000,
+        gpu_name="Tesla T4", phases=marks,
+        figures={"kv_tokens": Figure("kv_tokens", 507_000, "tokens", "GPU KV cache size: 507,000 tokens")},
+        predictions={"kv_tokens": Prediction("kv_tokens", 507_832, "tokens", "pool / bytes per token"),
+                     "max_concurrency": Prediction("max_concurrency", 31.0, "x", "tokens / max length")},
+        canary=CanaryRecord(True, "17*23=", "391", None, None, 0.4) if phase == "ready" else None,
+        estimate_seconds=180.0 if phase != "ready" else None,
+        estimate_phases={"loading_weights": 100.0} if phase != "ready" else {},
+    )  # fmt: skip
+    return dataclass_replace(state, **changes)
+
+
+def dataclass_replace(state: ServeState, **changes: Any) -> ServeState:
+    import dataclasses
+
+    return dataclasses.replace(state, **changes)
+
+
+def assert_no_secret(data: object) -> None:
+    text = json.dumps(data)
+    assert API_KEY not in text and HF_TOKEN not in text
+
+
+# ----- the list --------------------------------------------------------------------------------------------------
+
+
+def test_every_tool_is_listed_with_annotations_and_an_output_schema(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    async def listing(read_only: bool) -> list[Any]:
+        async with Client(build_server(tool_env(engine, environ), read_only=read_only)) as client:
+            return list((await client.list_tools()).tools)
+
+    tools = anyio.run(listing, False)
+    assert {t.name for t in tools} == set(TOOL_ANNOTATIONS) and len(tools) == 12
+    for tool in tools:
+        assert tool.output_schema is not None and tool.output_schema.get("properties"), tool.name
+        assert tool.description and len(tool.description) > 40, tool.name
+        hints = tool.annotations
+        assert hints is not None and hints.read_only_hint is not None and hints.idempotent_hint is not None
+        assert hints.read_only_hint == (tool.name in READ_ONLY_TOOLS), tool.name
+    by_name = {t.name: t for t in tools}
+    assert by_name["stop_vllm_server"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    assert by_name["start_vllm_server"].annotations.destructive_hint is False  # type: ignore[union-attr]
+    read_only = anyio.run(listing, True)
+    assert {t.name for t in read_only} == READ_ONLY_TOOLS
+
+
+def test_read_only_server_refuses_a_mutating_tool(engine: FakeEngine, environ: dict[str, str]) -> None:
+    result = call(tool_env(engine, environ), "stop_vllm_server", read_only=True)
+    assert "stop_vllm_server" in error_text(result)
+    assert ("down", 90) not in engine.calls
+
+
+# ----- host and image --------------------------------------------------------------------------------------------
+
+
+def test_check_host_capacity_passes_a_t4_host_with_the_toolkit(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ), "check_host_capacity"))
+    levels = {f["check"]: f["level"] for f in data["findings"]}
+    assert levels["docker"] == "ok" and levels["host-gpu"] == "ok" and levels["driver"] == "ok"
+    assert levels["container-toolkit"] == "ok" and levels["shm"] == "ok"
+    assert "docker-disk" in levels and "host-memory" in levels
+    assert data["image"] == "t4serve:dev" and data["compose_file"].endswith("compose.yaml")
+    assert data["failed"] == sum(f["level"] == "fail" for f in data["findings"])
+
+
+def test_check_host_capacity_without_the_toolkit_or_driver_says_how_to_fix(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    engine.runtimes = ["runc"]
+    data = ok(call(tool_env(engine, environ, devices=[]), "check_host_capacity"))
+    findings = {f["check"]: f for f in data["findings"]}
+    assert not data["ok"]
+    toolkit = findings["container-toolkit"]
+    assert toolkit["level"] == "fail" and "nvidia-ctk runtime configure --runtime=docker" in toolkit["fix"]
+    assert findings["host-gpu"]["level"] == "fail" and findings["host-gpu"]["required"]
+
+
+def test_verify_gpu_arch_t4_against_the_image(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ), "verify_gpu_arch"))
+    assert data["ok"] and data["gpus"][0]["compute_capability"] == "7.5" and data["gpus"][0]["name"] == "Tesla T4"
+    assert data["torch_cuda_version"] == "13.0" and "sm_75" in data["torch_arch_list"]
+    assert {f["check"] for f in data["findings"]} >= {"host-gpu", "driver", "torch-cuda", "capability", "torch-arch"}
+
+
+def test_verify_gpu_arch_fails_an_arch_list_without_the_gpu_and_an_old_driver(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    engine.manifest = manifest_file(torch_arch_list=["sm_80", "sm_90"])
+    env = tool_env(engine, environ)
+    env.nvml = FakeNvml([FakeDevice()], driver="535.104.05", cuda=12020)
+    data = ok(call(env, "verify_gpu_arch"))
+    failed = {f["check"] for f in data["findings"] if f["level"] == "fail"}
+    assert failed == {"driver", "torch-arch"} and not data["ok"]
+
+
+def test_verify_gpu_arch_without_the_image_says_to_build_it(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.image_present = False
+    data = ok(call(tool_env(engine, environ), "verify_gpu_arch"))
+    manifest = next(f for f in data["findings"] if f["check"] == "manifest")
+    assert manifest["level"] == "fail" and "apply_turing_patch" in manifest["fix"]
+
+
+def test_verify_turing_patch_runs_patch_verify_in_the_image(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ), "verify_turing_patch", {"skip_interpreter": True}))
+    assert ("run_in_image", ["patch", "verify", "--skip-interpreter"]) in engine.calls
+    assert data["ok"] and data["clamp"]["state"] == "applied" and data["verify_exit_code"] == 0
+    assert data["clamp"]["shared_memory"]["2d/prefill/head512/tile16"] == 65536
+    assert {f["check"]: f["level"] for f in data["findings"]} == {"clamp": "ok", "patch-verify": "ok"}
+
+
+def test_verify_turing_patch_reports_a_failed_verify(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.verify_code = 4
+    data = ok(call(tool_env(engine, environ), "verify_turing_patch"))
+    assert not data["ok"] and data["verify_exit_code"] == 4 and "FAILED" in data["verify_output"]
+    failed = next(f for f in data["findings"] if f["check"] == "patch-verify")
+    assert failed["level"] == "fail" and "apply_turing_patch" in failed["fix"]
+
+
+def test_verify_turing_patch_without_an_image_is_a_tool_error(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.image_present = False
+    text = error_text(call(tool_env(engine, environ), "verify_turing_patch"))
+    assert "found:" in text and "required:" in text and "fix:" in text and "apply_turing_patch" in text
+
+
+def test_apply_turing_patch_builds_and_returns_the_manifest(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.image_present = False
+    data = ok(call(tool_env(engine, environ), "apply_turing_patch"))
+    assert ("build_image", None) in engine.calls and engine.image_present
+    assert data["manifest"]["clamp"]["state"] == "applied" and data["manifest"]["vllm_version"] == "0.33.0"
+    assert data["build_exit_code"] == 0 and "DONE" in data["build_output"] and data["size_bytes"] > 0
+
+
+def test_apply_turing_patch_reports_progress_while_the_build_runs(engine: FakeEngine, environ: dict[str, str]) -> None:
+    import time
+
+    lines = engine.build_lines
+    slow = FakeEngine.build_image
+
+    def build(self: FakeEngine, on_line: Callable[[str], None], timeout: float = 3600.0) -> Any:
+        time.sleep(2.5)  # long enough for two heartbeats
+        return slow(self, on_line, timeout)
+
+    engine.build_image = build.__get__(engine)  # type: ignore[method-assign]
+    seen: list[tuple[float, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message))
+
+    ok(call(tool_env(engine, environ), "apply_turing_patch", progress=progress))
+    assert len(seen) >= 2 and [v for v, _ in seen] == sorted(v for v, _ in seen)
+    assert seen[0][1] == "starting scripts/build-image" and lines
+
+
+def test_apply_turing_patch_failure_is_a_tool_error(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.build_code = 1
+    engine.build_lines = ["ERROR: failed to solve: pip install exited 1"]
+    text = error_text(call(tool_env(engine, environ), "apply_turing_patch"))
+    assert "exit 1" in text and "failed to solve" in text and "fix:" in text
+
+
+# ----- plan ------------------------------------------------------------------------------------------------------
+
+
+def test_plan_for_a_known_gpu_and_model(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ, devices=[]), "plan",
+                   {"model": "bf16", "gpu": "T4", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}}))  # fmt: skip
+    assert "--dtype float16" in data["command_line"] and "--max-model-len 8192" in data["command_line"]
+    assert data["plan"]["gpu"]["name"] == "Tesla T4" and data["plan"]["gpu_origin"].startswith("known")
+    assert data["settings"]["T4SERVE_MAX_MODEL_LEN"]["value"] == "8192"
+    assert {f["check"] for f in data["findings"]} >= {"capability", "dtype", "sizing", "clamp"}
+    assert_no_secret(data)
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"HF_TOKEN": HF_TOKEN}, "cannot be passed through a tool"),
+        ({"T4SERVE_API_KEY_FILE": "/run/secrets/api_key"}, "cannot be passed through a tool"),
+        ({"T4SERVE_NOT_A_THING": "1"}, "not a t4serve setting"),
+        ({"T4SERVE_MAX_MODEL_LEN": "lots"}, "T4SERVE_MAX_MODEL_LEN"),
+    ],
+)
+def test_plan_refuses_bad_settings_with_the_fix(
+    engine: FakeEngine, environ: dict[str, str], settings: dict[str, str], words: str
+) -> None:
+    text = error_text(call(tool_env(engine, environ), "plan", {"settings": settings}))
+    assert words in text and "fix:" in text
+    assert HF_TOKEN not in text
+
+
+def test_plan_for_an_unknown_gpu_names_the_known_ones(engine: FakeEngine, environ: dict[str, str]) -> None:
+    text = error_text(call(tool_env(engine, environ), "plan", {"gpu": "v100"}))
+    assert "not a known GPU" in text and "t4" in text
+
+
+# ----- start, status, logs, stop ---------------------------------------------------------------------------------
+
+
+def test_start_returns_at_once_with_where_to_poll(engine: FakeEngine, environ: dict[str, str]) -> None:
+    args = {"model": "qat", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}, "gpu": "1", "publish_port": 8001}
+    data = ok(call(tool_env(engine, environ), "start_vllm_server", args))
+    up = next(detail for name, detail in engine.calls if name == "up")
+    assert up == {"environment": {"T4SERVE_MODEL": "qat", "T4SERVE_MAX_MODEL_LEN": "8192"},  # type: ignore[comparison-overlap]
+                  "compose_env": {"T4SERVE_GPU": "1", "T4SERVE_PUBLISH_PORT": "8001"}}  # fmt: skip
+    assert data["container"] == "c0ffee123456" and "server_status" in data["poll"]
+    assert data["model"] == "google/gemma-4-E2B-it-qat-w4a16-ct" and data["phase"] is None
+    assert_no_secret(data)
+
+
+def test_start_follows_the_phases_when_asked_and_reports_progress(engine: FakeEngine, environ: dict[str, str]) -> None:
+    engine.state = serve_state("ready")
+    seen: list[str | None] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(message)
+
+    data = ok(call(tool_env(engine, environ), "start_vllm_server", {"wait_s": 10}, progress=progress))
+    assert data["phase"] == "ready"
+    assert seen[0] is not None and seen[0].startswith("compose up") and "ready" in seen
+
+
+def test_start_without_the_token_secret_file_says_how_to_make_it(engine: FakeEngine, environ: dict[str, str]) -> None:
+    environ["HF_TOKEN_SECRET_FILE"] = str(engine.root / "missing" / "hf_token")
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server"))
+    assert "secret file is missing" in text and "printf %s" in text
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
+def test_start_refuses_bad_settings_before_compose(engine: FakeEngine, environ: dict[str, str]) -> None:
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server", {"settings": {"T4SERVE_DTYPE": "int3"}}))
+    assert "T4SERVE_DTYPE" in text and "fix:" in text
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
+def test_start_refuses_a_gpu_that_is_not_an_index_or_uuid(engine: FakeEngine, environ: dict[str, str]) -> None:
+    assert "pattern" in error_text(call(tool_env(engine, environ), "start_vllm_server", {"gpu": "0'\n  x: y"}))
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
+def test_start_refuses_when_already_running(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    text = error_text(call(env, "start_vllm_server"))
+    assert "already running" in text and "stop_vllm_server" in text
+
+
+def test_status_without_a_container(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ), "server_status"))
+    assert data["running"] is False and data["ready"] is False and "start_vllm_server" in data["text"]
+
+
+def test_status_while_loading_has_the_phase_and_an_estimate(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("loading_weights")
+    data = ok(call(env, "server_status"))
+    assert data["running"] and not data["ready"] and data["phase"] == "loading_weights"
+    assert data["phase_label"] == "loading weights" and data["phase_seconds"] == pytest.approx(195.0)
+    assert data["estimate_to_ready_s"] is not None and data["estimate_to_ready_s"] >= 0
+    assert "estimate:" in data["text"]
+
+
+def test_status_when_ready_sets_figures_beside_predictions(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("ready")
+    engine.api_port = 18000
+    data = ok(call(env, "server_status"))
+    assert data["ready"] and data["canary_ok"] and data["api_url"] == "http://127.0.0.1:18000"
+    figures = {f["name"]: f for f in data["figures"]}
+    assert figures["kv_tokens"]["logged"] == 507_000 and figures["kv_tokens"]["predicted"] == 507_832
+    assert figures["kv_tokens"]["deviation"] == pytest.approx((507_000 - 507_832) / 507_832)
+    assert figures["max_concurrency"]["logged"] is None and figures["max_concurrency"]["predicted"] == 31.0
+
+
+def test_status_of_an_exited_container(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    assert engine.container is not None
+    import dataclasses
+
+    engine.container = dataclasses.replace(engine.container, state="exited", exit_code=3, health=None)
+    data = ok(call(env, "server_status"))
+    assert not data["running"] and data["exit_code"] == 3 and "server_logs" in data["text"]
+
+
+def test_logs_are_bounded_by_lines_and_bytes_and_redacted(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.log_lines = [f"line {i}" for i in range(800)] + [f"leaked {API_KEY} and {HF_TOKEN}"]
+    data = ok(call(env, "server_logs", {"tail": 500}))
+    assert len(data["lines"]) == 500 and data["lines"][-1] == "leaked <redacted> and <redacted>"
+    assert data["lines"][0] == "line 301" and not data["truncated"]
+    assert_no_secret(data)
+    engine.log_lines = ["x" * 1000] * 500
+    big = ok(call(env, "server_logs", {"tail": 500, "since": "10m"}))
+    assert big["truncated"] and big["bytes"] <= MAX_LOG_BYTES and len(big["lines"]) == MAX_LOG_BYTES // 1001
+    assert ("logs", ("c0ffee123456", 500, "10m")) in engine.calls
+    assert "less than or equal to 500" in error_text(call(env, "server_logs", {"tail": 501}))
+    assert error_text(call(env, "server_logs", {"since": "1h; rm -rf /"}))
+
+
+def test_logs_without_a_container_is_a_tool_error(engine: FakeEngine, environ: dict[str, str]) -> None:
+    assert "start_vllm_server" in error_text(call(tool_env(engine, environ), "server_logs"))
+
+
+def test_stop_stops_and_a_second_stop_finds_nothing(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    first = ok(call(env, "stop_vllm_server", {"timeout_s": 30}))
+    assert first["stopped"] and first["container"] == "c0ffee123456" and ("down", 30) in engine.calls
+    second = ok(call(env, "stop_vllm_server"))
+    assert not second["stopped"] and "no t4serve container" in second["note"]
+
+
+# ----- query -----------------------------------------------------------------------------------------------------
+
+
+def ready_server(engine: FakeEngine, environ: dict[str, str], port: int) -> ToolEnv:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("ready")
+    engine.api_port = port
+    return env
+
+
+def test_query_completes_with_latency_and_the_key_only_in_the_header(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    routes = {
+        "/v1/completions": Canned(body={"choices": [{"text": " 391", "finish_reason": "length"}],
+                                        "usage": {"prompt_tokens": 6, "completion_tokens": 2}}, delay=0.05),
+        "/v1/chat/completions": Canned(body={"choices": [{"message": {"role": "assistant", "content": "Hello."},
+                                                          "finish_reason": "stop"}]}),
+    }  # fmt: skip
+    with serve(routes, api_key=API_KEY) as server:
+        env = ready_server(engine, environ, server.port)
+        data = ok(call(env, "query", {"prompt": "17*23=", "max_tokens": 4}))
+        assert data["text"] == " 391" and data["completion_tokens"] == 2 and data["latency_s"] >= 0.05
+        assert data["model"] == "gemma-4-e2b" and data["finish_reason"] == "length"
+        path, body = server.requests[-1]
+        assert path == "/v1/completions" and body == {"model": "gemma-4-e2b", "max_tokens": 4, "temperature": 0.0,
+                                                       "prompt": "17*23="}  # fmt: skip
+        assert server.authorizations[-1] == f"Bearer {API_KEY}"
+        chat = ok(call(env, "query", {"messages": [{"role": "user", "content": "Hi"}]}))
+        assert chat["text"] == "Hello." and server.requests[-1][0] == "/v1/chat/completions"
+        assert_no_secret(data)
+        assert_no_secret(chat)
+
+
+def test_query_with_a_wrong_key_says_which_variable(engine: FakeEngine, environ: dict[str, str]) -> None:
+    with serve({"/v1/completions": Canned(body={})}, api_key="another-key-entirely-000") as server:
+        text = error_text(call(ready_server(engine, environ, server.port), "query", {"prompt": "hi"}))
+    assert "HTTP 401" in text and "T4SERVE_API_KEY_FILE" in text and API_KEY not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "exactly one of prompt and messages"),
+        ({}, "exactly one of prompt and messages"),
+        ({"prompt": "a", "max_tokens": 4096}, "less than or equal to 1024"),
+    ],
+)
+def test_query_arguments_are_bounded(engine: FakeEngine, environ: dict[str, str], args: dict[str, Any],
+                                     words: str) -> None:  # fmt: skip
+    with serve({}) as server:
+        assert words in error_text(call(ready_server(engine, environ, server.port), "query", args))
+
+
+def test_query_before_ready_is_a_tool_error(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("loading_weights")
+    assert "not ready" in error_text(call(env, "query", {"prompt": "hi"}))
+
+
+# ----- benchmark -------------------------------------------------------------------------------------------------
+
+
+def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("ready")
+    started = ok(call(env, "run_benchmark", {"inputs": [512], "concurrency": [1, 4], "output_len": 64}))
+    run_id = started["run_id"]
+    argv, detach = next(d for n, d in engine.calls if n == "exec" and d[0][0] == "sh")  # type: ignore[index]
+    assert detach and argv[4] == f"/cache/t4serve/bench/{run_id}" and started["output_dir"] == argv[4]
+    assert argv[5:] == ["--models", "google/gemma-4-E2B-it-qat-w4a16-ct", "--base-url", "http://127.0.0.1:8000",
+                        "--output", argv[4], "--inputs", "512", "--concurrency", "1,4", "--repeats", "1",
+                        "--output-len", "64"]  # fmt: skip
+    folder = engine.in_container(argv[4])
+    folder.mkdir(parents=True)
+    (folder / "bench.log").write_text(f"cell 1/2: input 512, concurrency 1 (key {API_KEY})\n")
+    running = ok(call(env, "benchmark_status", {"run_id": run_id}))
+    assert running["state"] == "running" and running["exit_code"] is None and "cell 1/2" in running["log_tail"]
+    assert_no_secret(running)
+    (folder / "report.md").write_text("| model | input | c | tok/s |\n|---|---|---|---|\n| qat | 512 | 1 | 60.1 |\n")
+    (folder / "throughput_vs_concurrency.png").write_bytes(b"\x89PNG fake")
+    (folder / "exit-code").write_text("0\n")
+    done = ok(call(env, "benchmark_status", {"run_id": run_id}))
+    assert done["state"] == "done" and done["exit_code"] == 0 and "60.1" in done["report_md"]
+    assert done["host_folder"] == str(engine.root / "data" / "bench" / run_id)
+    assert [Path(p).name for p in done["plots"]] == ["throughput_vs_concurrency.png"]
+    assert all(Path(p).is_file() for p in done["plots"])
+
+
+def test_benchmark_status_refuses_a_bad_run_id_and_an_unknown_one(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    assert "pattern" in error_text(call(env, "benchmark_status", {"run_id": "../../etc"}))
+    assert "no benchmark" in error_text(call(env, "benchmark_status", {"run_id": "20261203-101010-abcdef"}))
+
+
+def test_benchmark_needs_a_ready_server(engine: FakeEngine, environ: dict[str, str]) -> None:
+    assert "not ready" in error_text(call(tool_env(engine, environ), "run_benchmark"))
+
+
+# ----- errors ----------------------------------------------------------------------------------------------------
+
+
+def test_a_bug_is_a_one_line_tool_error_without_a_traceback(engine: FakeEngine, environ: dict[str, str]) -> None:
+    def broken() -> None:
+        raise KeyError("DockerRootDir")
+
+    engine.service = broken  # type: ignore[assignment,method-assign]
+    text = error_text(call(tool_env(engine, environ), "server_status"))
+    assert "internal error (a bug in t4serve" in text and "KeyError: 'DockerRootDir' at test_mcp_tools.py:" in text
+
+
+def test_no_secret_reaches_the_server_log(
+    engine: FakeEngine, environ: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with serve({"/v1/completions": Canned(body={})}, api_key="another-key-entirely-000") as server:
+        env = ready_server(engine, environ, server.port)
+        engine.log_lines = [f"token {HF_TOKEN} key {API_KEY}"]
+        error_text(call(env, "query", {"prompt": "hi"}))
+        ok(call(env, "server_logs"))
+        error_text(call(env, "plan", {"settings": {"HF_TOKEN": HF_TOKEN}}))
+    assert "Tool 'query' failed" in caplog.text
+    assert API_KEY not in caplog.text and HF_TOKEN not in caplog.text

@@ -76,3 +76,20 @@ def test_an_out_of_memory_inside_torch_compile_is_named_before_a_plain_one() -> 
     assert "inside torch.compile" in found.summary and "T4SERVE_COMPILE" in found.fix
     plain = diagnose(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB."], 1, "profiling")
     assert plain is not None and plain.name == "cuda_oom"
+
+
+def test_memory_held_by_other_processes_names_them() -> None:
+    """vLLM 0.26 on the GPU host when earlier engine cores still held the card."""
+    line = ("ValueError: Free memory on device cuda:0 (0.26/139.8 GiB) on startup is less than desired GPU memory "
+            "utilization (0.096152, 13.44 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+            "processes.")
+    found = diagnose([line], 1, "starting")
+    assert found is not None and found.name == "gpu_memory_taken" and "nvidia-smi" in found.fix
+
+
+def test_the_cause_is_found_above_a_long_traceback() -> None:
+    """The error that names the cause can stand 60+ lines above the end of vLLM's output."""
+    lines = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.38 GiB."]
+    lines += [f"(APIServer pid=1)   File \"x.py\", line {i}, in f" for i in range(70)]
+    found = diagnose(lines, 1, "profiling")
+    assert found is not None and found.name == "cuda_oom"

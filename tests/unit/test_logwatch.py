@@ -63,6 +63,15 @@ def test_kv_figures_from_vllm_026s_two_lines() -> None:
     assert tracker.phase == "compiling"
 
 
+def test_vllm_026s_v2_model_runner_lines_give_the_loading_phases_and_model_memory() -> None:
+    """As the GPU host's vLLM 0.26.0 logged them (docs/verified/gpu-host-vllm-0.26.0)."""
+    tracker = PhaseTracker(now=0.0)
+    tracker.feed(line("Loading model from scratch...", where="model_runner.py:284"), 1.0)
+    tracker.feed(line("Model loading took 9.8 GiB and 6.113730 seconds", where="model_runner.py:305"), 2.0)
+    assert [p for p, _ in tracker.phases] == ["starting", "loading_weights", "profiling"]
+    assert tracker.figures["model_memory_gib"].value == 9.8 and tracker.figures["model_load_seconds"].value == 6.11373
+
+
 def test_one_line_with_two_patterns_counts_both() -> None:
     tracker = PhaseTracker(now=0.0)
     event = tracker.feed(BF16_START[5], 1.0)
@@ -155,6 +164,7 @@ FORMAT_STRINGS = {
     "model_loaded": "Model loading took %s GiB memory and %.6f seconds",
     "torch_compile": "%storch.compile took %.2f s in total",
     "kv_memory": "Available KV cache memory: %s GiB",
+    "load_start_v2": "Loading model from scratch...",
     "kv_memory_set": "GiB memory for KV Cache as specified by kv_cache_memory_bytes",
     "kv_capacity": "KV cache size: %s tokens",
     "kv_concurrency": "Maximum concurrency for %s tokens per request: %.2fx",

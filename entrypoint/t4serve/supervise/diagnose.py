@@ -91,6 +91,14 @@ _RULES: tuple[_Rule, ...] = (
         "(T4SERVE_MODEL=qat), and check that nothing else holds GPU memory (`nvidia-smi`)",
     ),
     _Rule(
+        "gpu_memory_taken",
+        # vllm/v1/worker/utils.py request_memory: other processes hold the memory vLLM's budget needs.
+        re.compile(r"Free memory on device \S+ \([0-9.]+/[0-9.]+ GiB\) on startup is less than desired GPU memory"),
+        "other processes hold the GPU memory vLLM's budget needs (total x --gpu-memory-utilization)",
+        "stop them (`nvidia-smi` lists them; a vLLM engine core left by an earlier run is a common one) or lower "
+        "T4SERVE_GPU_MEMORY_UTILIZATION",
+    ),
+    _Rule(
         "shm_too_small",
         re.compile(
             r"No space left on device.*(/dev/shm|shm)|(/dev/shm|shm).*No space left on device|Bus error"

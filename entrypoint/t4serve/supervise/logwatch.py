@@ -55,6 +55,14 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         "v1/worker/gpu_model_runner.py load_model",
     ),
     LogPattern(
+        "load_start_v2",
+        # vLLM 0.26's V2 model runner (v1/worker/gpu/model_runner.py) logs this instead of "Starting to load model".
+        re.compile(r"Loading model from scratch\.\.\."),
+        "loading_weights",
+        (),
+        "v1/worker/gpu/model_runner.py load_model (0.26)",
+    ),
+    LogPattern(
         "download_done",
         re.compile(rf"Time spent downloading weights for (\S+): {_NUM} seconds"),
         "loading_weights",
@@ -70,7 +78,8 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     ),
     LogPattern(
         "model_loaded",
-        re.compile(rf"Model loading took {_NUM} GiB memory and {_NUM} seconds"),
+        # 0.33: "Model loading took N GiB memory and S seconds"; 0.26's V2 runner: "... N GiB and S seconds".
+        re.compile(rf"Model loading took {_NUM} GiB (?:memory )?and {_NUM} seconds"),
         "profiling",
         (("model_memory_gib", 1, "GiB"), ("model_load_seconds", 2, "s")),
         "v1/worker/gpu_model_runner.py load_model",

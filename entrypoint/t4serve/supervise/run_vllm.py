@@ -37,6 +37,9 @@ from t4serve.supervise.state import (
 
 PREFIX = "[vllm] "
 LAST_LINES = 40
+# Lines the diagnosis reads: a Python traceback through vLLM's engine-core launcher runs to 60+ lines after the error
+# that names the cause (seen on the GPU host), so it reads further back than the 40 lines repeated.
+DIAGNOSIS_LINES = 400
 TICK_S = 1.0
 HEALTH_TIMEOUT_S = 2.0
 
@@ -81,7 +84,7 @@ class Wrapper:
         self.out = out if out is not None else sys.stdout
         self.base_url = local_url(spec.host, spec.port)
         self.lock = threading.RLock()
-        self.lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
+        self.lines: collections.deque[str] = collections.deque(maxlen=DIAGNOSIS_LINES)
         self.stopping = threading.Event()
         self.child: subprocess.Popen[str] | None = None
         now = time.time()
@@ -279,7 +282,7 @@ class Wrapper:
         now = time.time()
         phase_at_death = self.tracker.phase
         with self.lock:
-            self.state = replace(self.state, exit_code=code, last_lines=list(self.lines))
+            self.state = replace(self.state, exit_code=code, last_lines=list(self.lines)[-LAST_LINES:])
         if phase_at_death == "stopping":
             self.say(f"vLLM stopped (exit {code}) {now - self.state.phase_began_at():.1f} s after the stop signal")
             self._save()
@@ -302,9 +305,10 @@ class Wrapper:
                 fix=diagnosis.fix if diagnosis else None,
             )
         self.tracker.advance("failed", now)
-        self.say(f"vLLM exited with code {code} while {PHASE_LABELS[phase_at_death]}; last {len(self.lines)} lines:")
+        last = list(self.lines)[-LAST_LINES:]
+        self.say(f"vLLM exited with code {code} while {PHASE_LABELS[phase_at_death]}; last {len(last)} lines:")
         with self.lock:
-            for text in self.lines:
+            for text in last:
                 self.out.write(f"{PREFIX}  | {text}\n")
             self.out.flush()
         self.say(diagnosis.one_line() if diagnosis else "diagnosis: no known cause matched; read the lines above")

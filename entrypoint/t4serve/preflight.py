@@ -21,7 +21,7 @@ from t4serve.settings import QAT_REPO, Settings
 
 LEVELS = ("ok", "warn", "fail")
 MIN_CAPABILITY = (7, 5)
-# The image's torch is the CUDA 13.0 build (FACTS.md); CUDA 13 needs driver 580 or newer.
+# The image's torch is the CUDA 13.0 build (t4-run.md); CUDA 13 needs driver 580 or newer.
 DEFAULT_TORCH_CUDA = (13, 0)
 MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
 

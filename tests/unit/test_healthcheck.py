@@ -10,21 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from local_http import Canned, serve
+from serve_states import state_at
 
 from t4serve.commands.healthcheck import check
-from t4serve.supervise.state import CanaryRecord, RunSpec, ServeState, new_state, write_state
+from t4serve.supervise.state import CanaryRecord, write_state
 
 MODELS = {"object": "list", "data": [{"id": "gemma", "object": "model"}]}
-
-
-def spec(port: int) -> RunSpec:
-    return RunSpec(["vllm", "serve", "m"], {}, "m", "gemma", "0.0.0.0", port, "float16", 30, True, "Tesla T4",
-                   "/nonexistent/hub", "/nonexistent/cache")  # fmt: skip
-
-
-def state_at(port: int, phase: str, t0: float = 1000.0) -> ServeState:
-    state = new_state(spec(port), started_at=t0, now=t0)
-    return state.with_phase(phase, t0 + 10.0) if phase != "starting" else state
 
 
 def test_loading_phase_is_not_ready_and_says_phase_elapsed_and_estimate(tmp_path: Path) -> None:

@@ -11,19 +11,10 @@ from pathlib import Path
 
 import pytest
 from local_http import Canned, serve
+from serve_states import state_at
 
 from t4serve.commands.healthcheck import check_liveness
-from t4serve.supervise.state import LOADING_PHASES, RunSpec, ServeState, new_state, write_state
-
-
-def spec(port: int) -> RunSpec:
-    return RunSpec(["vllm", "serve", "m"], {}, "m", "gemma", "0.0.0.0", port, "float16", 30, True, "Tesla T4",
-                   "/nonexistent/hub", "/nonexistent/cache")  # fmt: skip
-
-
-def state_at(port: int, phase: str, t0: float = 1000.0) -> ServeState:
-    state = new_state(spec(port), started_at=t0, now=t0)
-    return state.with_phase(phase, t0 + 10.0) if phase != "starting" else state
+from t4serve.supervise.state import LOADING_PHASES, write_state
 
 
 @pytest.mark.parametrize("phase", LOADING_PHASES)

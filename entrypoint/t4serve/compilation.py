@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from t4serve.atomic import write_atomic
+from t4serve.untrusted import Untrusted, load_json_file
 
 RECORD_FILE = "compile-ladder.json"
 LOCK_FILE = "compile-ladder.lock"
 AUTO = "auto"
+# One small entry per server configuration; far more than a host ever writes.
+MAX_RECORD_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,18 @@ LADDER: tuple[Rung, ...] = (
 )
 RUNGS_BY_NAME = {r.name: r for r in LADDER}
 MODES = (AUTO, *RUNGS_BY_NAME)
-# Flags with which a user takes compilation into their own hands (T4SERVE_VLLM_ARGS): then t4serve adds none.
-USER_COMPILE_FLAGS = ("--enforce-eager", "--compilation-config", "-cc", "-O")
 
 
 def user_controls_compilation(vllm_args: Sequence[str]) -> bool:
+    """Whether T4SERVE_VLLM_ARGS sets compilation itself (`--enforce-eager`, `--compilation-config[.x]`, `-O...`,
+    `-cc...`; underscores read as dashes, as vLLM reads them): then t4serve adds no compile flags."""
     for arg in vllm_args:
         name = arg.split("=", 1)[0]
-        if name in ("--enforce-eager", "--compilation-config", "--compilation_config", "--enforce_eager"):
-            return True
-        if name.startswith(("-O", "-cc")) and not name.startswith("--"):
-            return True
-        if name.startswith("--compilation-config.") or name.startswith("-cc."):
+        if name.startswith("--"):
+            name = name.replace("_", "-")
+            if name in ("--enforce-eager", "--compilation-config") or name.startswith("--compilation-config."):
+                return True
+        elif name.startswith(("-O", "-cc")):
             return True
     return False
 
@@ -104,13 +107,14 @@ def load_record(cache_dir: Path, key: str) -> tuple[dict[str, Any] | None, str |
 
 
 def _load(cache_dir: Path) -> tuple[dict[str, Any], str | None]:
+    # The cache volume is shared and writable by whatever runs there: read it as untrusted, bounded and non-blocking.
     path = cache_dir / RECORD_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_file(path, MAX_RECORD_BYTES, "the compile record")
     except FileNotFoundError:
         return {}, None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return {}, f"{path}: {exc}"
+    except Untrusted as exc:
+        return {}, exc.reason
     if not isinstance(data, dict):
         return {}, f"{path}: not a JSON object"
     return data, None

@@ -623,3 +623,20 @@ def test_no_compile_flags_are_added_where_the_user_set_compilation(
     spec = make_spec(tmp_path, standin_argv(port), port=port, canary=False)
     done = run_here(spec, state_dir, monkeypatch, until=lambda s, _out: s.phase == "ready")
     assert done.seen is not None and "compile:" not in done.out
+
+
+def test_an_unreadable_compile_record_is_said_and_the_ladder_starts_at_the_top(tmp_path: Path) -> None:
+    """The cache volume is shared: a FIFO or garbage where the record belongs must not block or crash a start."""
+    from t4serve import compilation
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.mkfifo(cache / compilation.RECORD_FILE)
+    record, problem = compilation.load_record(cache, "k")
+    assert record is None and problem is not None and "regular file" in problem
+    (cache / compilation.RECORD_FILE).unlink()
+    (cache / compilation.RECORD_FILE).write_text("[1, 2]")
+    record, problem = compilation.load_record(cache, "k")
+    assert record is None and problem is not None and "not a JSON object" in problem
+    assert compilation.user_controls_compilation(["--compilation_config.mode=0"])
+    assert not compilation.user_controls_compilation(["--max-num-logprobs", "5", "--otlp-traces-endpoint=x"])

@@ -103,3 +103,53 @@ def test_runs_file_round_trips(tmp_path: Path) -> None:
 def test_reading_a_folder_without_runs_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a `t4serve bench` result folder"):
         read_runs(tmp_path)
+
+
+def _raw(folder: Path, name: str, throughput: float, completed: int = 8) -> None:
+    import json
+
+    (folder / "raw").mkdir(parents=True, exist_ok=True)
+    result = {"completed": completed, "failed": 8 - completed, "output_throughput": throughput,
+              "median_tpot_ms": 3.0, "median_ttft_ms": 35.0, "mean_ttft_ms": 40.0,
+              "total_output_tokens": 128 * completed, "duration": 3.4, "num_prompts": 8}
+    (folder / "raw" / name).write_text(json.dumps(result))
+    (folder / "raw" / name.replace(".json", ".log")).write_text("$ vllm bench serve ...\n")
+
+
+def test_a_folder_without_runs_json_is_rebuilt_from_raw_and_marked_partial(tmp_path: Path) -> None:
+    from t4serve.bench.results import runs_from_raw
+
+    _raw(tmp_path, "published_in512_c1_r1.json", 301.5)
+    _raw(tmp_path, "published_in4096_c1_r1.json", 217.9)
+    _raw(tmp_path, "t4serve_in512_c1_r1.json", 293.9)
+    (tmp_path / "raw" / "t4serve_in512_c16_r1.log").write_text("killed mid-run: a log, no result\n")
+    runs_file = runs_from_raw(tmp_path)
+    assert runs_file.models == ["published", "t4serve"] and runs_file.inputs == [512, 4096]
+    assert runs_file.output_len == 128 and runs_file.planned_runs == 4 and runs_file.partial
+    assert [(r.model, r.input_len, r.seed) for r in runs_file.runs] == [
+        ("published", 512, 5_120_101), ("published", 4096, 40_960_101), ("t4serve", 512, 5_120_101)]
+    assert all(r.telemetry is not None and r.telemetry.samples == 0 for r in runs_file.runs)
+
+
+def test_a_folder_with_no_results_at_all_is_a_config_error(tmp_path: Path) -> None:
+    from t4serve.bench.results import runs_from_raw
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "notes.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"neither runs\.json nor raw"):
+        runs_from_raw(tmp_path)
+
+
+def test_bench_report_command_writes_the_report_from_raw(tmp_path: Path) -> None:
+    from t4serve.cli import main
+
+    _raw(tmp_path, "published_in512_c1_r1.json", 301.5)
+    _raw(tmp_path, "t4serve_in512_c1_r1.json", 293.9)
+    _raw(tmp_path, "published_in512_c4_r1.json", 1036.9)
+    assert main(["bench", "report", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "**Partial**: 3 of 4 runs finished (rebuilt from raw/)" in report
+    assert "| 4 | 1,036.90 | not run |" in report
+    assert (tmp_path / "runs.json").is_file() and (tmp_path / "runs.csv").is_file()
+    assert main(["bench", "report", str(tmp_path)]) == 0  # now from the runs.json it wrote: the same report
+    assert (tmp_path / "report.md").read_text() == report

@@ -9,17 +9,19 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from t4serve.bench import grid
-from t4serve.bench.results import read_runs
+from t4serve.bench.results import Run, read_runs
 from t4serve.bench.runner import BenchOptions, Progress, bench_argv, raw_name, run_bench, served_model_name
 from t4serve.errors import PreflightError
 
@@ -197,7 +199,8 @@ def test_a_server_that_dies_while_starting_fails_every_cell_of_its_model_visibly
     dead = PlannedServer(argv=[sys.executable, "-c", "raise SystemExit(3)"], env={}, url="http://127.0.0.1:9",
                          tokenizer="unused")
     out = io.StringIO()
-    runs = _run_model(opts, "bf16", cells, tmp_path, dead, Progress(len(cells), out))
+    runs: list[Run] = []
+    _run_model(opts, "bf16", cells, tmp_path, dead, Progress(len(cells), out), runs.append)
     assert len(runs) == len(cells) == 4
     assert [(r.concurrency, r.repeat) for r in runs] == [(c.concurrency, c.repeat) for c in cells]
     assert all(r.figures is None and r.error for r in runs)
@@ -286,3 +289,76 @@ def test_a_started_server_gets_the_hub_token_from_hf_token_file_as_serve_gives_i
     env = server_environment(server, environ)
     assert env["HF_TOKEN"] == "hf_benchtokennotreal"
     assert "HF_TOKEN_FILE" not in env and "VLLM_API_KEY" not in env
+
+
+# A client that finishes its first cell, then stops the sweep as Ctrl-C, `docker stop` or a CI timeout would:
+# SIGTERM to the process running the sweep (its parent) while it waits for the second cell.
+INTERRUPTING_CLIENT = """#!{python}
+import json, os, signal, sys, time
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+name = value("--result-filename")
+if "_c2_" in name:
+    os.kill(os.getppid(), signal.SIGTERM)
+    time.sleep(30)
+result = {{"completed": 4, "failed": 0, "output_throughput": 11.0, "median_tpot_ms": 9.0, "median_ttft_ms": 50.0,
+          "mean_ttft_ms": 55.0, "total_output_tokens": 32, "duration": 2.9}}
+with open(value("--result-dir") + "/" + name, "w") as f:
+    json.dump(result, f)
+"""
+
+
+def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(tmp_path: Path, standin_url: str) -> None:
+    from t4serve.bench.results import read_runs
+    from t4serve.bench.runner import Interrupted
+
+    client = tmp_path / "fake-vllm"
+    client.write_text(INTERRUPTING_CLIENT.format(python=sys.executable))
+    client.chmod(0o755)
+    out = tmp_path / "result"
+    opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2, 4], repeats=1, output_len=8, output=out,
+                        base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
+                        vllm=str(client), cell_timeout_s=60)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught:
+        run_bench(opts, environ={}, stream=io.StringIO())
+    assert caught.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before  # the sweep's handler is gone again
+    runs_file = read_runs(out)
+    assert [(r.concurrency, r.figures is not None) for r in runs_file.runs] == [(1, True)]
+    assert runs_file.planned_runs == 3 and runs_file.interrupted == "stopped by SIGTERM" and runs_file.partial
+    report = (out / "report.md").read_text()
+    assert "**Partial**: 1 of 3 runs finished (stopped by SIGTERM)" in report
+    assert "| 1 | 11.00 |" in report and "| 2 | not run |" in report and "| 4 | not run |" in report
+    assert not list(out.glob(".*t4serve-tmp"))  # no half-written runs.json left behind
+
+
+def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) -> None:
+    """Each finished run is on disk before the next one starts: a kill -9 loses at most the run in progress."""
+    from t4serve.bench.results import read_runs
+
+    seen: list[int] = []
+    client = tmp_path / "fake-vllm"
+    client.write_text(FAKE_CLIENT.format(python=sys.executable))
+    client.chmod(0o755)
+    out = tmp_path / "result"
+    opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2], repeats=1, output_len=8, output=out,
+                        base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
+                        vllm=str(client))
+    import t4serve.bench.runner as runner
+
+    real_run_cell = runner.run_cell
+
+    def spying_run_cell(*args: Any, **kwargs: Any) -> Run:
+        seen.append(len(read_runs(out).runs))
+        return real_run_cell(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "run_cell", spying_run_cell)
+        try:
+            run_bench(opts, environ={}, stream=io.StringIO())
+        except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
+            assert "matplotlib" in str(exc)
+    assert seen == [0, 1]
+    final = read_runs(out)
+    assert len(final.runs) == 2 and not final.partial

@@ -86,6 +86,10 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         "1000 / median TPOT ms. TTFT: median. Variation: (max - min) / median throughput over repeats.",
         "",
     ]
+    if runs_file.partial:
+        why = f" ({runs_file.interrupted})" if runs_file.interrupted else ""
+        lines += [f"**Partial**: {len(runs_file.runs)} of {runs_file.planned_runs} runs finished{why}; "
+                  "cells without a run say \"not run\".", ""]
     failed_cells: list[CellSummary] = []
     for input_len in runs_file.inputs:
         lines += [f"## input {input_len} tokens", ""]
@@ -98,7 +102,7 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         for c in runs_file.concurrencies:
             cell = [by_key.get((m, input_len, c)) for m in models]
             row = [str(c)]
-            row += ["FAILED" if s is None or s.failed else _fmt(s.throughput) for s in cell]
+            row += ["not run" if s is None else "FAILED" if s.failed else _fmt(s.throughput) for s in cell]
             row += [_fmt(s.per_stream) if s else "-" for s in cell]
             row += [_fmt(s.ttft_ms, 0) if s else "-" for s in cell]
             variations = [s.variation_pct for s in cell if s and s.variation_pct is not None]

@@ -8,11 +8,13 @@ run-to-run variation = (max - min) / median throughput. A cell whose every repea
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from t4serve.atomic import write_atomic
 from t4serve.bench.grid import Cell
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
@@ -159,12 +161,73 @@ class RunsFile:
     # Per model: the decode ceiling in tok/s per stream from t4serve.roofline, or None when not known.
     ceilings: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Runs the sweep set out to make (models x cells); fewer in `runs` means it stopped early, and `interrupted`
+    # says why (a signal, or "rebuilt from raw/" for a folder whose runs.json was never written).
+    planned_runs: int = 0
+    interrupted: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.interrupted is not None or len(self.runs) < self.planned_runs
 
 
 def write_runs(folder: Path, runs_file: RunsFile) -> Path:
+    """Atomically: the sweep rewrites it after every run, so a kill at any moment leaves the last whole version."""
     path = folder / RUNS_FILE
-    path.write_text(json.dumps(to_dict(runs_file), indent=2) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(to_dict(runs_file), indent=2) + "\n")
     return path
+
+
+RAW_NAME = re.compile(r"^(?P<model>.+)_in(?P<input>\d+)_c(?P<c>\d+)_r(?P<r>\d+)\.json$")
+
+
+def runs_from_raw(folder: Path) -> RunsFile:
+    """A RunsFile rebuilt from raw/*.json alone (vLLM's own results), for a folder whose runs.json was never written:
+    a sweep killed before this version wrote it after every run. Models are the raw names' labels; telemetry was
+    not kept; cells present for one model but not another count as planned and not run."""
+    found: list[Run] = []
+    output_lens: set[int] = set()
+    for path in sorted((folder / "raw").glob("*.json")):
+        m = RAW_NAME.match(path.name)
+        if m is None:
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"{path} is not readable JSON",
+                found=f"{type(exc).__name__}: {exc}",
+                required="`vllm bench serve --save-result` JSON files in raw/",
+                fix="remove the damaged file and run `t4serve bench report` again",
+            ) from None
+        if not isinstance(data, dict):
+            continue
+        figures = figures_from_result(data, str(path))
+        cell = Cell(int(m["input"]), int(m["c"]), int(m["r"]))
+        if figures.completed:
+            output_lens.add(figures.total_output_tokens // figures.completed)
+        found.append(Run(model=m["model"], input_len=cell.input_len, concurrency=cell.concurrency,
+                         repeat=cell.repeat, seed=cell.seed, num_prompts=int(data.get("num_prompts", 0) or 0),
+                         raw_file=path.name, figures=figures,
+                         error=f"all {figures.failed} requests failed" if figures.completed == 0 else None,
+                         telemetry=Telemetry(samples=0, error="not kept: rebuilt from raw/")))
+    if not found:
+        raise ConfigError(
+            f"{folder} holds neither {RUNS_FILE} nor raw/*.json results",
+            found=f"{folder}: no {RUNS_FILE}, no raw/MODEL_inN_cN_rN.json",
+            required=f"a folder written by `t4serve bench --output DIR` ({RUNS_FILE}, or raw/ at least)",
+            fix="pass the --output folder of an earlier `t4serve bench` run",
+        )
+    models = sorted({r.model for r in found})
+    inputs = sorted({r.input_len for r in found})
+    concurrencies = sorted({r.concurrency for r in found})
+    repeats = max(r.repeat for r in found)
+    found.sort(key=lambda r: (models.index(r.model), r.input_len, r.concurrency, r.repeat))
+    return RunsFile(
+        schema=RUNS_SCHEMA, models=models, inputs=inputs, concurrencies=concurrencies, repeats=repeats,
+        output_len=min(output_lens) if output_lens else 0, started="unknown (rebuilt from raw/)", runs=found,
+        planned_runs=len(models) * len(inputs) * len(concurrencies) * repeats, interrupted="rebuilt from raw/",
+    )
 
 
 def read_runs(folder: Path) -> RunsFile:

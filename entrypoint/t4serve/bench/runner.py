@@ -11,6 +11,7 @@ Authorization header), and the /v1/models lookup as a bearer token; never on a c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -19,14 +20,23 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from t4serve.bench import grid, report
-from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
+from t4serve.bench.results import (
+    RUNS_SCHEMA,
+    Run,
+    RunFigures,
+    RunsFile,
+    Telemetry,
+    figures_from_result,
+    write_runs,
+)
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch
@@ -415,24 +425,66 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     if not opts.base_urls:
         planned, plan_notes = plan_servers(opts.models, environ)
         notes += plan_notes
-    progress = Progress(len(opts.models) * len(cells), out)
-    runs: list[Run] = []
-    for model in opts.models:
-        runs += _run_model(opts, model, cells, raw_dir, planned.get(model), progress, client_key)
     runs_file = RunsFile(
-        schema=1,
+        schema=RUNS_SCHEMA,
         models=list(opts.models),
         inputs=list(opts.inputs),
         concurrencies=list(opts.concurrencies),
         repeats=opts.repeats,
         output_len=opts.output_len,
         started=started,
-        runs=runs,
+        runs=[],
         ceilings=ceilings,
         notes=notes,
+        planned_runs=len(opts.models) * len(cells),
     )
+    progress = Progress(runs_file.planned_runs, out)
+
+    def record(run: Run) -> None:
+        # runs.json after every run: a sweep killed at any moment (even -9) leaves every finished run on disk.
+        runs_file.runs.append(run)
+        write_runs(opts.output, runs_file)
+
+    write_runs(opts.output, runs_file)
+    try:
+        with _signals_interrupt():
+            for model in opts.models:
+                _run_model(opts, model, cells, raw_dir, planned.get(model), progress, record, client_key)
+    except Interrupted as exc:
+        runs_file = dataclasses.replace(runs_file, interrupted=exc.why)
+        write_folder(opts.output, runs_file, out)
+        raise
     write_folder(opts.output, runs_file, out)
     return runs_file
+
+
+class Interrupted(BaseException):
+    """The sweep was stopped by a signal; the result folder holds every run finished before it. A BaseException,
+    like KeyboardInterrupt, so no `except Exception` on the way can swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.why = f"stopped by {signal.Signals(signum).name}"
+        super().__init__(self.why)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM (Ctrl-C, `docker stop`, a CI timeout) raise Interrupted in the sweep's thread, so the
+    running client is stopped, a server bench started is stopped in order, and the partial report is written."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _run_model(
@@ -442,8 +494,9 @@ def _run_model(
     raw_dir: Path,
     server: PlannedServer | None,
     progress: Progress,
+    record: Callable[[Run], None],
     api_key: str | None = None,
-) -> list[Run]:
+) -> None:
     runs: list[Run] = []
     try:
         with contextlib.ExitStack() as stack:
@@ -458,6 +511,7 @@ def _run_model(
             for cell in cells:
                 run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key)
                 runs.append(run)
+                record(run)
                 outcome = run.error or (
                     f"{run.figures.output_throughput:.2f} tok/s, {run.figures.failed} failed" if run.figures else "?"
                 )
@@ -468,9 +522,9 @@ def _run_model(
             run = cell_run(opts, model, cell, raw_file=None, figures=None, error=exc.what,
                            telemetry=Telemetry(samples=0, error="server not running"))
             runs.append(run)
+            record(run)
             progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", f"FAILED: {exc.what}")
         progress.stream.write(f"{model}: {exc.message()}\n")
-    return runs
 
 
 def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:

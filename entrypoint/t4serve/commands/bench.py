@@ -177,7 +177,14 @@ def command(
         ready_timeout_s=ready_timeout,
         cell_timeout_s=cell_timeout,
     )
-    runs_file = run_bench(opts)
+    from t4serve.bench.runner import Interrupted
+
+    try:
+        runs_file = run_bench(opts)
+    except Interrupted as exc:
+        click.echo(f"t4serve bench: {exc.why}; the {opts.output} folder holds the runs finished before it "
+                   "(report.md says which)", err=True)
+        ctx.exit(128 + exc.signum)
     click.echo((opts.output / "report.md").read_text(encoding="utf-8"))
     failed = sum(1 for r in runs_file.runs if r.figures is None or r.figures.completed == 0)
     if failed:
@@ -202,3 +209,17 @@ def compare_command(a: Path, b: Path) -> None:
     from t4serve.bench.results import read_runs
 
     click.echo(compare(read_runs(a), read_runs(b), str(a), str(b)), nl=False)
+
+
+@command.command("report")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False, exists=True))
+def report_command(folder: Path) -> None:
+    """Write FOLDER's report.md, runs.csv and plots again from its runs.json (or, if that is missing, from raw/)."""
+    import sys
+
+    from t4serve.bench.results import RUNS_FILE, read_runs, runs_from_raw
+    from t4serve.bench.runner import write_folder
+
+    runs_file = read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
+    write_folder(folder, runs_file, sys.stderr)
+    click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)

@@ -31,11 +31,13 @@ from t4serve.supervise import history, run_vllm
 from t4serve.supervise.canary import FP16_HINT
 from t4serve.supervise.run_vllm import PREFIX, Wrapper, downloads_active, local_url
 from t4serve.supervise.state import (
+    ExitRequest,
     Prediction,
     RunSpec,
     ServeState,
     new_state,
     read_state,
+    write_exit_request,
     write_run_spec,
     write_state,
 )
@@ -640,3 +642,86 @@ def test_an_unreadable_compile_record_is_said_and_the_ladder_starts_at_the_top(t
     assert record is None and problem is not None and "not a JSON object" in problem
     assert compilation.user_controls_compilation(["--compilation_config.mode=0"])
     assert not compilation.user_controls_compilation(["--max-num-logprobs", "5", "--otlp-traces-endpoint=x"])
+
+
+# ------------------------------------------------------------------------------- after the listener gave up
+
+# Stands in for a vLLM that is still loading when told to stop: it ignores SIGTERM, and so does the engine core it
+# started (a grandchild of the wrapper, as vLLM's EngineCore is); each writes its pid.
+DEAF_LOADER = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+core = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+(folder / "core.pid").write_text(str(core.pid))
+(folder / "loader.pid").write_text(str(os.getpid()))
+print("loading weights", flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_a_start_after_the_listener_gave_up_does_not_start_vllm(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """supervisord restarted vLLM just before the listener told it to end: that attempt must not load a model."""
+    write_exit_request(state_dir, ExitRequest(1, "vLLM exited 2 times within 900 s", time.time()))
+    marker = tmp_path / "started"
+    spec = make_spec(tmp_path, script_argv("import sys; open(sys.argv[1], 'w').write('1')", str(marker)))
+    outcome = run_here(spec, state_dir, monkeypatch)
+    assert outcome.code == 0 and not marker.exists()
+    assert outcome.state.phase == "stopping"
+    assert outcome.state.reason == "t4serve gave up: vLLM exited 2 times within 900 s"
+    assert "not starting vLLM: the listener gave up (vLLM exited 2 times within 900 s)" in outcome.out
+
+
+def test_a_loading_vllm_is_stopped_with_its_engine_when_the_listener_gives_up(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on the GPU host: supervisord's stop signal to a just-restarted wrapper was lost and a loading vLLM ran
+    on for 60 s until supervisord's SIGKILL. The wrapper now sees the listener's request itself, gives vLLM a short
+    grace on SIGTERM, then kills its process tree, engine core included."""
+    monkeypatch.setattr(run_vllm, "GIVE_UP_GRACE_S", 0.5)
+
+    def give_up_once_loading() -> None:
+        end = time.monotonic() + DEADLINE_S
+        while not (tmp_path / "core.pid").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        write_exit_request(state_dir, ExitRequest(1, "vLLM went FATAL", time.time()))
+
+    helper = threading.Thread(target=give_up_once_loading, daemon=True)
+    helper.start()
+    outcome = run_here(make_spec(tmp_path, script_argv(DEAF_LOADER, str(tmp_path))), state_dir, monkeypatch)
+    helper.join(5)
+    core, loader = (int((tmp_path / f"{n}.pid").read_text()) for n in ("core", "loader"))
+    end = time.monotonic() + 5
+    while _alive(core) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _alive(loader) and not _alive(core), outcome.out
+    assert outcome.state.phase == "stopping" and outcome.state.reason == "t4serve gave up: vLLM went FATAL"
+    assert outcome.code == 128 - (-signal.SIGKILL)
+    assert "the listener gave up (vLLM went FATAL); stopping this attempt" in outcome.out
+    assert "vLLM still running 0 s after SIGTERM; killing its processes" in outcome.out
+
+
+def test_descendants_reads_the_process_tree_from_proc(tmp_path: Path) -> None:
+    def stat(pid: int, comm: str, ppid: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} 0 0\n")
+
+    stat(10, "python3", 1)
+    stat(11, "VLLM::EngineCore", 10)
+    stat(12, "a (weird) name", 11)
+    stat(13, "other", 1)
+    (tmp_path / "14").mkdir()  # a process that ended between the listing and the read
+    assert run_vllm.descendants(10, proc=tmp_path) == [11, 12]
+    assert run_vllm.descendants(13, proc=tmp_path) == []

@@ -70,3 +70,31 @@ def test_serve_hands_the_key_to_supervisord_in_its_environment_only(
         text = path.read_text(encoding="utf-8")
         assert API_KEY not in text and TOKEN not in text, path.name
         assert "VLLM_API_KEY" not in text, path.name
+
+
+def test_an_earlier_runs_state_is_gone_before_the_probes_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state folder that outlived its container (an emptyDir across a container restart) held "ready": status must
+    not read it as this run's while serve probes the machine, and a preflight failure must not leave it behind."""
+    from t4serve import pipeline
+
+    for var in VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text('{"phase": "ready"}')
+    monkeypatch.setenv("T4SERVE_STATE_DIR", str(state_dir))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    seen: list[bool] = []
+    real = pipeline.gather_facts
+
+    def gather(*args: Any, **kwargs: Any) -> Any:
+        seen.append((state_dir / "state.json").exists())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "gather_facts", gather)
+    main(["serve"])  # on this GPU-less machine preflight fails (strict) before supervisord
+    capsys.readouterr()
+    assert seen == [False]
+    assert not (state_dir / "state.json").exists()

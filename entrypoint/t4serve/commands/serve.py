@@ -9,6 +9,7 @@ t4serve.supervise.pid1, which reaps and sets the exit code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -24,6 +25,7 @@ from t4serve.settings import Settings, secret_environment, settings_options
 from t4serve.supervise import pid1
 from t4serve.supervise.state import (
     EXIT_REQUEST_FILE,
+    STATE_FILE,
     SUPERVISORD_CONF_FILE,
     new_state,
     write_run_spec,
@@ -52,6 +54,10 @@ def command(settings: Settings) -> int:
     from t4serve.preflight import format_table, has_failures
 
     started_at = time.time()
+    # An earlier run's state (a state folder that outlived its container, as an emptyDir does across a container
+    # restart) must not be read as this run's while the probes run: absent says "starting" until the new one exists.
+    with contextlib.suppress(OSError):
+        (Path(settings.state_dir) / STATE_FILE).unlink(missing_ok=True)
     facts = gather_facts(settings, os.environ)
     plan, findings = prepare(settings, facts)
     _say("preflight:\n" + format_table(findings))

@@ -31,6 +31,7 @@ from t4serve.supervise.state import (
     RunSpec,
     ServeState,
     new_state,
+    read_exit_request,
     read_state,
     write_state,
 )
@@ -42,6 +43,9 @@ LAST_LINES = 40
 DIAGNOSIS_LINES = 400
 TICK_S = 1.0
 HEALTH_TIMEOUT_S = 2.0
+# After the listener gave up, seconds a loading vLLM gets to end on SIGTERM before its process tree is killed: with
+# nothing served yet there is nothing to drain, and supervisord would otherwise wait its whole stopwaitsecs.
+GIVE_UP_GRACE_S = 10.0
 
 
 def local_url(host: str, port: int) -> str:
@@ -75,6 +79,36 @@ def _fmt_s(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f}s"
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every process below `pid` (children first), read from /proc/*/stat; [] where /proc cannot say."""
+    children: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+            ppid = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and everything below it (vLLM's engine core holds the GPU; it must not outlive its server)."""
+    for target in [pid, *descendants(pid)]:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 class Wrapper:
@@ -178,9 +212,41 @@ class Wrapper:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
 
+    def _given_up(self) -> str | None:
+        """The listener's reason if it has ended this container (serve clears the request at every start)."""
+        try:
+            request = read_exit_request(self.state_dir)
+        except Exception:  # an unreadable request is the listener's to repeat; this attempt goes on
+            return None
+        return request.reason if request is not None else None
+
+    def _stop_given_up(self, reason: str) -> None:
+        """The listener gave up while this attempt was starting: supervisord restarted vLLM just before it was told
+        to end, and a stop signal sent while it spawns us can be lost. Stop vLLM ourselves, at once."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        with self.lock:
+            self.state = replace(self.state, reason=f"t4serve gave up: {reason}")
+        self.tracker.advance("stopping", time.time())
+        self.say(f"the listener gave up ({reason}); stopping this attempt")
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(GIVE_UP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.say(f"vLLM still running {GIVE_UP_GRACE_S:.0f} s after SIGTERM; killing its processes")
+            kill_tree(child.pid)
+
     def _ticker(self) -> None:
         """Download watching, /health polling and the canary: everything vLLM's log cannot say."""
         while not self.stopping.wait(TICK_S):
+            reason = self._given_up()
+            if reason is not None:
+                self._stop_given_up(reason)
+                return
             phase = self.tracker.phase
             if phase in ("starting", "loading_weights", "downloading"):
                 self.tracker.observe_download(downloads_active(self.spec.hf_hub_cache), time.time())
@@ -241,6 +307,13 @@ class Wrapper:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        reason = self._given_up()
+        if reason is not None:
+            with self.lock:
+                self.state = replace(self.state, reason=f"t4serve gave up: {reason}")
+            self.tracker.advance("stopping", time.time())
+            self.say(f"not starting vLLM: the listener gave up ({reason}) and supervisord is ending")
+            return 0
         self._announce()
         self._save()
         try:

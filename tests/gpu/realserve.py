@@ -191,6 +191,12 @@ class Server:
     def start(self) -> Server:
         for d in (self.state_dir, self.probe_dir, self.root / "cache", self.root / "hf"):
             d.mkdir(parents=True, exist_ok=True)
+        # A second start in the same root (the warm half of a cold-then-warm test) must not read the first one's
+        # "ready" in the instant before serve replaces it (seen on the GPU host: the warm start "ready" in 0.3 s),
+        # nor count the first start's peaks as its own.
+        (self.state_dir / "state.json").unlink(missing_ok=True)
+        for old in self.probe_dir.glob("*.json"):
+            old.unlink()
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its life
         self.started_at = time.time()
         self.proc = subprocess.Popen(

@@ -153,3 +153,22 @@ def test_bench_report_command_writes_the_report_from_raw(tmp_path: Path) -> None
     assert (tmp_path / "runs.json").is_file() and (tmp_path / "runs.csv").is_file()
     assert main(["bench", "report", str(tmp_path)]) == 0  # now from the runs.json it wrote: the same report
     assert (tmp_path / "report.md").read_text() == report
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ('{"completed": 1e999}', "finite"),
+        ("[1, 2]", "list at the top level"),
+        ('{"a": ' * 40 + "1" + "}" * 40, "nest at most"),
+        ('{"completed": 1, "completed": 2}', "must not repeat the key 'completed'"),
+    ],
+)
+def test_a_hostile_result_file_is_a_config_error_not_a_traceback(tmp_path: Path, content: str, found: str) -> None:
+    from t4serve.bench.results import read_result
+
+    path = tmp_path / "qat_in32_c1_r1.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        read_result(path)
+    assert found in caught.value.found

@@ -18,9 +18,12 @@ from t4serve.atomic import write_atomic
 from t4serve.bench.grid import Cell
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
+from t4serve.untrusted import Untrusted, load_json_file
 
 RUNS_FILE = "runs.json"
 RUNS_SCHEMA = 1
+# runs.json of a 99-repeat sweep, or a result with per-request lists, is a few MB; past this it is not ours.
+MAX_JSON_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -191,17 +194,8 @@ def runs_from_raw(folder: Path) -> RunsFile:
         m = RAW_NAME.match(path.name)
         if m is None:
             continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{path} is not readable JSON",
-                found=f"{type(exc).__name__}: {exc}",
-                required="`vllm bench serve --save-result` JSON files in raw/",
-                fix="remove the damaged file and run `t4serve bench report` again",
-            ) from None
-        if not isinstance(data, dict):
-            continue
+        data = _load(path, "a `vllm bench serve` result", "`vllm bench serve --save-result` JSON files in raw/",
+                     "remove the damaged file and run `t4serve bench report` again")
         figures = figures_from_result(data, str(path))
         cell = Cell(int(m["input"]), int(m["c"]), int(m["r"]))
         if figures.completed:
@@ -232,13 +226,27 @@ def runs_from_raw(folder: Path) -> RunsFile:
 
 def read_runs(folder: Path) -> RunsFile:
     path = folder / RUNS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{folder} is not a `t4serve bench` result folder",
-            found=f"{path}: {exc}",
-            required=f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})",
-            fix="pass the --output folder of an earlier `t4serve bench` run",
-        ) from None
+    data = _load(path, f"{folder} is not a `t4serve bench` result folder:",
+                 f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})",
+                 "pass the --output folder of an earlier `t4serve bench` run")
     return from_dict(RunsFile, data, where=str(path))
+
+
+def read_result(path: Path) -> RunFigures:
+    """The figures of one `vllm bench serve --save-result` file."""
+    data = _load(path, "a `vllm bench serve` result", "the JSON `vllm bench serve --save-result` writes",
+                 "run the cell again")
+    return figures_from_result(data, str(path))
+
+
+def _load(path: Path, what: str, required: str, fix: str) -> dict[str, Any]:
+    """A JSON object from a file a run wrote, read as untrusted input (bounded size and nesting, finite numbers)."""
+    try:
+        data = load_json_file(path, MAX_JSON_BYTES, what)
+    except (OSError, Untrusted) as exc:
+        found = exc.reason if isinstance(exc, Untrusted) else f"{path}: {exc.strerror or exc}"
+        raise ConfigError(f"{what} {path} cannot be read", found=found, required=required, fix=fix) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} is not a JSON object", found=f"{type(data).__name__} at the top level",
+                          required=required, fix=fix)
+    return data

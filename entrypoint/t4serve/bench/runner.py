@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import re
 import shlex
@@ -34,7 +33,7 @@ from t4serve.bench.results import (
     RunFigures,
     RunsFile,
     Telemetry,
-    figures_from_result,
+    read_result,
     write_runs,
 )
 from t4serve.bench.telemetry import Sampler
@@ -184,9 +183,9 @@ def run_cell(
         error = f"`vllm bench serve` exited {rc} without a result; log {log.name}: ...{tail(log, 3)[-300:]}"
         return made(None, None, error, telemetry)
     try:
-        figures = figures_from_result(json.loads(raw.read_text(encoding="utf-8")), str(raw))
-    except (ValueError, ConfigError) as exc:
-        return made(raw.name, None, str(exc), telemetry)
+        figures = read_result(raw)
+    except ConfigError as exc:
+        return made(raw.name, None, f"{exc.what} ({exc.found})", telemetry)
     failed = f"all {figures.failed} requests failed; log {log.name}" if figures.completed == 0 else None
     return made(raw.name, figures, failed, telemetry)
 

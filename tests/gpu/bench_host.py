@@ -4,7 +4,10 @@
   vLLM's own profiling: T4SERVE_KV_CACHE_MEMORY_BYTES=profile);
 - `t4serve`: t4serve's plan as it comes (the pool passed explicitly, max_num_seqs from what it holds).
 
-    python tests/gpu/bench_host.py OUT WORK
+    python tests/gpu/bench_host.py OUT WORK [published,t4serve]
+
+The third argument picks the servers (default both): one server's sweep fits a 10-minute device call, two may not
+(the second session's did not: 11 of 16 runs). Compare two one-server folders with `t4serve bench compare A B`.
 
 Inputs 512 and 4096, concurrency 1, 4, 8, 16, one repeat, the real `vllm bench serve` client; OUT gets bench's
 report, plots and raw results, and servers.json (each server's logged figures). The per-stream ceiling printed is
@@ -27,6 +30,7 @@ from realserve import Server, vllm_version, write_json
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     out, work = Path(args[0]), Path(args[1])
+    chosen = (args[2] if len(args) > 2 else "published,t4serve").split(",")
     ckpt = work / "checkpoints" / "bf16"
     base = {"T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off"}
     servers = {
@@ -36,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         "t4serve": Server("bench-t4serve", work / "bench-t4serve", str(ckpt), 8501, env={
             **base, "T4SERVE_SERVED_MODEL_NAME": "t4serve"}),
     }
+    unknown = sorted(set(chosen) - set(servers))
+    if unknown:
+        print(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(servers)}", file=sys.stderr)
+        return 2
+    servers = {n: s for n, s in servers.items() if n in chosen}
     warm = work / "start-bf16" / "compile"
     for s in servers.values():
         if warm.is_dir() and not (s.root / "compile").exists():
@@ -58,12 +67,13 @@ def main(argv: list[str] | None = None) -> int:
 
         ceiling = decode_ceiling(probe_local(str(ckpt), ckpt, "local"), KNOWN_GPUS["h200"]).value
         urls = ",".join(f"{n}={s.base_url}" for n, s in servers.items())
-        cmd = ["t4serve", "bench", "--models", "published,t4serve", "--base-url", urls, "--tokenizer", str(ckpt),
+        cmd = ["t4serve", "bench", "--models", ",".join(servers), "--base-url", urls, "--tokenizer", str(ckpt),
                "--inputs", "512,4096", "--concurrency", "1,4,8,16", "--repeats", "1",
-               "--ceiling", f"published={ceiling:.1f},t4serve={ceiling:.1f}", "--output", str(out)]
+               "--ceiling", ",".join(f"{n}={ceiling:.1f}" for n in servers), "--output", str(out)]
         record["command"] = cmd
         print(" ".join(cmd), flush=True)
-        record["bench_exit"] = subprocess.run(cmd, env=servers["t4serve"].environment(), timeout=540).returncode
+        record["bench_exit"] = subprocess.run(cmd, env=next(iter(servers.values())).environment(),
+                                              timeout=540).returncode
     finally:
         for s in servers.values():
             s.kill()

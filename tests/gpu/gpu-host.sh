@@ -9,6 +9,7 @@
 #   cold-bf16, cold-qat   one of them
 #   lifecycle  crash/restart/give-up, drain, canary and profile side by side
 #   bench      t4serve bench: the published flags against t4serve's plan, 512/4096 in, c=1,4,8,16, one repeat
+#   bench-published, bench-t4serve   one of the two servers (one fits a 10-minute call; both may not)
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,5 +27,6 @@ case $step in
   cold-bf16|cold-qat) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k "cold and ${step#cold-}" ;;
   lifecycle) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k lifecycle ;;
   bench) python3 tests/gpu/bench_host.py "$out/bench" "$work" ;;
+  bench-published|bench-t4serve) python3 tests/gpu/bench_host.py "$out/$step" "$work" "${step#bench-}" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from t4serve import hostmem
+from t4serve.aliases import QAT_REPO
 from t4serve.derived import format_bytes
 from t4serve.facts import BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
-from t4serve.settings import QAT_REPO, Settings
+from t4serve.settings import Settings
 
 LEVELS = ("ok", "warn", "fail")
 MIN_CAPABILITY = (7, 5)

@@ -21,12 +21,9 @@ from typing import Any, TypeVar
 import click
 
 from t4serve import compilation, untrusted
+from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
-
-QAT_REPO = "google/gemma-4-E2B-it-qat-w4a16-ct"
-BF16_REPO = "google/gemma-4-E2B-it"
-MODEL_ALIASES: dict[str, str] = {"qat": QAT_REPO, "bf16": BF16_REPO}
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.

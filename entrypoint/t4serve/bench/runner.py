@@ -326,7 +326,7 @@ def stop_server(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
 
 
 def default_tokenizer(model: str) -> str:
-    from t4serve.settings import MODEL_ALIASES
+    from t4serve.aliases import MODEL_ALIASES
 
     return MODEL_ALIASES.get(model, model)
 

@@ -30,7 +30,7 @@ from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch
-from t4serve.settings import Secret, client_api_key, secret_environment
+from t4serve.secrets import Secret, client_api_key, secret_environment
 
 LOG_TAIL_LINES = 15
 

@@ -55,6 +55,6 @@ def settings_options(func: F) -> F:
 
 
 def _metavar(var: Variable) -> str:
-    return {"model": "MODEL", "vllm_args": "FLAGS", "dtype": "DTYPE", "host": "ADDR"}.get(
+    return {"model": "MODEL", "vllm_args": "FLAGS", "dtype": "DTYPE", "host": "ADDR", "telemetry_host": "ADDR"}.get(
         var.field, "PATH" if var.parse is file_path else "VALUE"
     )

@@ -56,6 +56,8 @@ PREFLIGHT_MODES = ("strict", "warn")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
+
+
 @dataclass(frozen=True)
 class ModelChoice:
     """What T4SERVE_MODEL named: an alias, an HF repo id, or a local directory (made absolute)."""
@@ -283,6 +285,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("T4SERVE_CACHE_DIR", "cache_dir", "/cache/t4serve", "/cache/t4serve",
              "Persistent t4serve data (durations of past starts).",
              file_path, "/cache/t4serve", "--cache-dir"),
+    Variable("T4SERVE_TELEMETRY_HOST", "telemetry_host", "0.0.0.0", "0.0.0.0",
+             "Address the GPU telemetry `/metrics` endpoint binds (`127.0.0.1`: this host only).",
+             host_address, "0.0.0.0", "--telemetry-host"),
     Variable("T4SERVE_TELEMETRY_PORT", "telemetry_port", "9400", "9400",
              "Port of the GPU telemetry `/metrics` endpoint; `0` disables telemetry.",
              int_in(0, 65535, 9400), "9400", "--telemetry-port"),
@@ -331,6 +336,7 @@ class Settings:
     manifest: str
     state_dir: str
     cache_dir: str
+    telemetry_host: str
     telemetry_port: int
     shutdown_timeout: int
     max_restarts: int

@@ -175,7 +175,7 @@ def worst_stop_s(settings: Settings) -> int:
     conf = render_supervisord_conf(
         SupervisorInputs(t4serve=("t4serve",), state_dir=settings.state_dir, spec_path="/tmp/run-spec.json",
                          shutdown_timeout=settings.shutdown_timeout, max_restarts=settings.max_restarts,
-                         restart_window=settings.restart_window, telemetry_host="0.0.0.0",
+                         restart_window=settings.restart_window, telemetry_host=settings.telemetry_host,
                          telemetry_port=settings.telemetry_port)
     )
     parser = configparser.ConfigParser(interpolation=None)

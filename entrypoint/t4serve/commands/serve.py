@@ -96,8 +96,8 @@ def command(settings: Settings) -> int:
                 shutdown_timeout=settings.shutdown_timeout,
                 max_restarts=settings.max_restarts,
                 restart_window=settings.restart_window,
-                telemetry_host="0.0.0.0",
-                telemetry_port=settings.telemetry_port,
+                telemetry_host=plan.telemetry_host,
+                telemetry_port=plan.telemetry_port,
             )
         )
         conf_path = state_dir / SUPERVISORD_CONF_FILE
@@ -110,5 +110,5 @@ def command(settings: Settings) -> int:
             required=f"a folder writable by uid {os.getuid()} at T4SERVE_STATE_DIR ({state_dir})",
             fix="point T4SERVE_STATE_DIR at a writable folder (the default /tmp/t4serve), or mount one there",
         ) from None
-    _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if settings.telemetry_port else ''}listener)")
+    _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if plan.telemetry_port else ''}listener)")
     return pid1.run([supervisord, "-n", "-c", str(conf_path)], state_dir, child_environment(settings, dict(os.environ)))

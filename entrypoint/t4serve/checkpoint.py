@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
 from t4serve.untrusted import (
     Untrusted,
@@ -34,10 +35,9 @@ from t4serve.untrusted import (
 
 # The repo ids of the two aliases, whose facts ship with the package for planning before a download.
 BUILTIN_MODELS: dict[str, str] = {
-    "google/gemma-4-E2B-it": "gemma-4-E2B-it.json",
-    "google/gemma-4-E2B-it-qat-w4a16-ct": "gemma-4-E2B-it-qat-w4a16-ct.json",
+    BF16_REPO: "gemma-4-E2B-it.json",
+    QAT_REPO: "gemma-4-E2B-it-qat-w4a16-ct.json",
 }
-ALIASES = {"bf16": "google/gemma-4-E2B-it", "qat": "google/gemma-4-E2B-it-qat-w4a16-ct"}
 
 # Parts the checkpoint's bytes are grouped into (TensorGroup.part). What a decode step reads is decided from these in
 # t4serve.roofline; what vLLM keeps in GPU memory in t4serve.sizing.
@@ -264,7 +264,7 @@ def quant_method(config: dict[str, Any]) -> str | None:
 
 def resolve_local(requested: str, hf_home: str) -> tuple[Path, str] | None:
     """(directory holding config.json, "local-dir" or "hf-cache"), or None when the checkpoint is not on disk."""
-    repo = ALIASES.get(requested, requested)
+    repo = MODEL_ALIASES.get(requested, requested)
     direct = Path(repo).expanduser()
     if direct.is_dir():
         return direct.resolve(), "local-dir"
@@ -411,7 +411,7 @@ def builtin_facts(repo: str, why_not_remote: str) -> ModelFacts | None:
 
 def probe_model(requested: str, *, hf_home: str, offline: bool) -> ModelFacts:
     """Facts about the checkpoint `requested` names (alias, repo id or local directory); never raises on its content."""
-    repo = ALIASES.get(requested, requested)
+    repo = MODEL_ALIASES.get(requested, requested)
     local = resolve_local(repo, hf_home)
     if local is not None:
         return probe_local(repo, *local)

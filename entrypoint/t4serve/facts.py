@@ -16,6 +16,10 @@ from t4serve.serde import from_dict, to_dict
 FACTS_SCHEMA = 1
 
 
+# HostFacts.port_bind_errors' reason for a port another listener holds (any other reason is the address's).
+ADDRESS_IN_USE = "address already in use"
+
+
 @dataclass(frozen=True)
 class GpuDevice:
     index: int
@@ -84,7 +88,7 @@ class HostFacts:
     cpu_count_how: str | None = None
     # The cgroup file whose limit became cgroup_memory_limit_bytes (the tightest on the path up), for messages.
     cgroup_memory_limit_file: str | None = None
-    # "host:port" -> why binding it failed (address in use, permission denied), for each port in ports_in_use.
+    # "host:port" -> why binding it failed (ADDRESS_IN_USE, permission denied), for each port in ports_in_use.
     port_bind_errors: dict[str, str] = field(default_factory=dict)
     # What the probe could not read (a cgroup file, mountinfo), so a None above comes with its reason.
     probe_notes: list[str] = field(default_factory=list)

@@ -40,8 +40,9 @@ from t4serve.errors import ConfigError, EngineError, T4ServeError
 from t4serve.facts import Facts
 from t4serve.preflight import Finding, check_clamp, has_failures
 from t4serve.probes.gpu import Nvml
+from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
-from t4serve.settings import VARIABLES_BY_NAME, Settings, client_api_key
+from t4serve.settings import VARIABLES_BY_NAME, Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")

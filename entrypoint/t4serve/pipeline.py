@@ -44,7 +44,7 @@ def write_paths(settings: Settings, environ: Mapping[str, str]) -> dict[str, str
 def listen_ports(settings: Settings) -> list[tuple[str, int]]:
     ports = [(settings.host, settings.port)]
     if settings.telemetry_port:
-        ports.append((settings.host, settings.telemetry_port))
+        ports.append((settings.telemetry_host, settings.telemetry_port))
     return ports
 
 

@@ -72,10 +72,18 @@ class Plan:
     sized_as: str | None = None
     # T4SERVE_COMPILE in words: the rung the first start uses and what happens after a compile out-of-memory.
     compile_summary: str = ""
+    # Where the GPU telemetry program serves /metrics (T4SERVE_TELEMETRY_HOST, _PORT); port 0: no telemetry program.
+    telemetry_host: str = "0.0.0.0"
+    telemetry_port: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def command_line(self) -> str:
         return shlex.join(self.argv)
+
+    def telemetry_summary(self) -> str:
+        if not self.telemetry_port:
+            return "off (T4SERVE_TELEMETRY_PORT=0)"
+        return f"/metrics on {self.telemetry_host}:{self.telemetry_port}"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = to_dict(self)
@@ -96,6 +104,7 @@ class Plan:
         lines += [
             f"model:             {self.model} ({self.model_source})",
             f"served as:         {self.served_model_name} on {self.host}:{self.port}",
+            f"telemetry:         {self.telemetry_summary()}",
             f"gpu:               {gpu}",
             f"dtype:             {self.dtype}  ({self.dtype_reason})",
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
@@ -322,6 +331,8 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         gpu_memory_utilization=utilization,
         sized_as=card.key if card is not None else None,
         compile_summary=compile_summary(settings),
+        telemetry_host=settings.telemetry_host,
+        telemetry_port=settings.telemetry_port,
         notes=tuple(notes),
     )
 

@@ -14,10 +14,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from t4serve import hostmem
+from t4serve.aliases import QAT_REPO
 from t4serve.derived import format_bytes
-from t4serve.facts import BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
+from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
-from t4serve.settings import QAT_REPO, Settings
+from t4serve.settings import Settings
+from t4serve.untrusted import Untrusted, check_host, printable
 
 LEVELS = ("ok", "warn", "fail")
 MIN_CAPABILITY = (7, 5)
@@ -96,6 +98,7 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
         *check_disks(facts, plan),
         check_model(facts, settings),
         *check_ports(facts.host, settings),
+        check_telemetry(plan, facts.host),
     ]
     return findings
 
@@ -521,6 +524,44 @@ def check_ports(host: HostFacts, settings: Settings) -> list[Finding]:
         else:
             findings.append(Finding("port", "ok", f"port {port} ({variable}) is free", required, ""))
     return findings
+
+
+def check_telemetry(plan: Plan, host: HostFacts) -> Finding:
+    """The address and port the plan gives GPU telemetry's /metrics: a valid address this host can bind, on a port
+    other than the API's. A port already taken is check_ports' finding, not repeated here."""
+    required = "an address of this host (0.0.0.0: all of them) and a port other than T4SERVE_PORT's, or port 0 (off)"
+    if not plan.telemetry_port:
+        return Finding("telemetry", "ok", plan.telemetry_summary(), required, "")
+    where = f"{plan.telemetry_host}:{plan.telemetry_port}"
+    try:
+        check_host(plan.telemetry_host)
+    except Untrusted as exc:
+        return Finding(
+            "telemetry",
+            "fail",
+            f"T4SERVE_TELEMETRY_HOST={printable(plan.telemetry_host)}: {exc.reason}",
+            required,
+            "set T4SERVE_TELEMETRY_HOST=0.0.0.0 (all addresses) or 127.0.0.1 (this host only)",
+        )
+    if plan.telemetry_port == plan.port:
+        return Finding(
+            "telemetry",
+            "fail",
+            f"T4SERVE_TELEMETRY_PORT={plan.telemetry_port} is the API's port (T4SERVE_PORT={plan.port})",
+            required,
+            "set T4SERVE_TELEMETRY_PORT=9400 (or another free port), or 0 to turn telemetry off",
+        )
+    error = host.port_bind_errors.get(where)
+    if error is not None and error != ADDRESS_IN_USE:
+        return Finding(
+            "telemetry",
+            "fail",
+            f"/metrics cannot bind {where}: {error}",
+            required,
+            "set T4SERVE_TELEMETRY_HOST to an address of this host (0.0.0.0: all of them), or "
+            "T4SERVE_TELEMETRY_PORT=0 to turn telemetry off",
+        )
+    return Finding("telemetry", "ok", f"/metrics on {where}", required, "")
 
 
 def format_table(findings: list[Finding]) -> str:

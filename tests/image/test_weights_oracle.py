@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from t4serve import sizing
-from t4serve.checkpoint import ALIASES, builtin_facts, probe_model
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts, probe_model
 from t4serve.facts import ModelFacts
 
 from .conftest import REPO
@@ -130,7 +131,7 @@ def test_sizing_total_is_what_vllm_allocates(oracle: dict[str, dict[str, Any]], 
     """weights_in_gpu + buffers_in_gpu, from the checkpoint and from the built-in facts `plan` falls back on."""
     run = oracle[kind]
     theirs = run["after_process_weights"]["total_bytes"]
-    builtin = builtin_facts(ALIASES[kind], "test")
+    builtin = builtin_facts(MODEL_ALIASES[kind], "test")
     assert builtin is not None
     for model in (checkpoints[kind], builtin):
         ours = t4serve_total(model, run["max_num_batched_tokens"])

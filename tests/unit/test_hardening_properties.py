@@ -39,7 +39,8 @@ from hypothesis import strategies as st
 
 from t4serve.checkpoint import DTYPE_BITS, TEXT_INTS, probe_model
 from t4serve.commands import serve
-from t4serve.settings import VARIABLES, Variable
+from t4serve.settings import VARIABLES
+from t4serve.variables import Variable
 
 SECRETS = (SENTINEL, SENTINEL_TOKEN)
 

@@ -40,10 +40,11 @@ from k8s_manifests import (
 from local_http import Canned, serve
 
 from t4serve import hostmem, preflight
-from t4serve.checkpoint import ALIASES, builtin_facts
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts
 from t4serve.commands.healthcheck import DEADLINE_S
 from t4serve.render import SupervisorInputs, render_supervisord_conf
-from t4serve.settings import MODEL_ALIASES, VARIABLES_BY_NAME, Settings
+from t4serve.settings import VARIABLES_BY_NAME, Settings
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import RunSpec, new_state, write_state
 
@@ -174,7 +175,7 @@ def worst_stop_s(settings: Settings) -> int:
     conf = render_supervisord_conf(
         SupervisorInputs(t4serve=("t4serve",), state_dir=settings.state_dir, spec_path="/tmp/run-spec.json",
                          shutdown_timeout=settings.shutdown_timeout, max_restarts=settings.max_restarts,
-                         restart_window=settings.restart_window, telemetry_host="0.0.0.0",
+                         restart_window=settings.restart_window, telemetry_host=settings.telemetry_host,
                          telemetry_port=settings.telemetry_port)
     )
     parser = configparser.ConfigParser(interpolation=None)
@@ -189,7 +190,7 @@ def worst_stop_s(settings: Settings) -> int:
 def worst_start_s(settings: Settings) -> float:
     """The cold-start budget of the larger of the built-in models (switching T4SERVE_MODEL needs no manifest edit),
     and of the configured model when it is neither."""
-    repos = {*ALIASES.values(), settings.model.target}
+    repos = {*MODEL_ALIASES.values(), settings.model.target}
     budgets = []
     for repo in repos:
         facts = builtin_facts(repo, "kubernetes rule test")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from t4serve.checkpoint import ALIASES, builtin_facts
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts
 from t4serve.commands.status import cold_budget_note
 from t4serve.hostmem import PUBLISHED_PEAKS
 from t4serve.supervise import canary
@@ -38,8 +39,8 @@ def test_download_and_load_scale_with_the_checkpoint_and_the_rest_does_not() -> 
 
 def test_builtin_models_and_the_status_note() -> None:
     totals = {alias: cold_start_budget(builtin_facts(repo, "test").weight_bytes).total_seconds  # type: ignore[union-attr]
-              for alias, repo in ALIASES.items()}  # fmt: skip
+              for alias, repo in MODEL_ALIASES.items()}  # fmt: skip
     print(f"\ncold-start budgets: {', '.join(f'{a} {s:.0f} s' for a, s in totals.items())}")
     assert totals["bf16"] > totals["qat"]
-    assert "budgeted at up to" in cold_budget_note(ALIASES["qat"])
+    assert "budgeted at up to" in cold_budget_note(MODEL_ALIASES["qat"])
     assert cold_budget_note("/models/local-dir") == ""

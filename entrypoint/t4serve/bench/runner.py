@@ -39,7 +39,7 @@ from t4serve.bench.results import (
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import ConfigError, PreflightError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch
-from t4serve.settings import Secret, client_api_key, secret_environment
+from t4serve.secrets import Secret, client_api_key, secret_environment
 
 LOG_TAIL_LINES = 15
 
@@ -335,7 +335,7 @@ def stop_server(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
 
 
 def default_tokenizer(model: str) -> str:
-    from t4serve.settings import MODEL_ALIASES
+    from t4serve.aliases import MODEL_ALIASES
 
     return MODEL_ALIASES.get(model, model)
 

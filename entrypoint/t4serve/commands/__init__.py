@@ -1,1 +1,1 @@
-"""One module per `t4serve` subcommand; each exposes `command`. Discovered by t4serve.cli without importing."""
+"""One module per `t4serve` subcommand; each exposes `command`. Listed in t4serve.cli (COMMANDS, INTERNAL_COMMANDS)."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import click
 
-from t4serve.settings import Settings, markdown_table, settings_options
+from t4serve.options import settings_options
+from t4serve.settings import Settings, markdown_table
 
 
 @click.command("env")

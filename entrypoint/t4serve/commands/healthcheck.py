@@ -21,7 +21,8 @@ import click
 
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.httpclient import Answer, HttpFailure, fetch
-from t4serve.settings import VARIABLES_BY_NAME, client_api_key
+from t4serve.secrets import client_api_key
+from t4serve.settings import VARIABLES_BY_NAME
 from t4serve.supervise import history
 from t4serve.supervise.run_vllm import local_url
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state

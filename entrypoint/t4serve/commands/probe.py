@@ -11,8 +11,9 @@ import click
 
 from t4serve.derived import format_bytes
 from t4serve.facts import Facts
+from t4serve.options import settings_options
 from t4serve.pipeline import gather_facts
-from t4serve.settings import Settings, settings_options
+from t4serve.settings import Settings
 
 
 def describe_facts(facts: Facts) -> str:

@@ -20,8 +20,10 @@ import click
 
 from t4serve.atomic import write_atomic
 from t4serve.errors import InternalError, PreflightError
+from t4serve.options import settings_options
 from t4serve.render import SupervisorInputs, render_supervisord_conf, run_spec
-from t4serve.settings import Settings, secret_environment, settings_options
+from t4serve.secrets import secret_environment
+from t4serve.settings import Settings
 from t4serve.supervise import pid1
 from t4serve.supervise.state import (
     EXIT_REQUEST_FILE,
@@ -100,8 +102,8 @@ def command(settings: Settings) -> int:
                 shutdown_timeout=settings.shutdown_timeout,
                 max_restarts=settings.max_restarts,
                 restart_window=settings.restart_window,
-                telemetry_host="0.0.0.0",
-                telemetry_port=settings.telemetry_port,
+                telemetry_host=plan.telemetry_host,
+                telemetry_port=plan.telemetry_port,
             )
         )
         conf_path = state_dir / SUPERVISORD_CONF_FILE
@@ -114,5 +116,5 @@ def command(settings: Settings) -> int:
             required=f"a folder writable by uid {os.getuid()} at T4SERVE_STATE_DIR ({state_dir})",
             fix="point T4SERVE_STATE_DIR at a writable folder (the default /tmp/t4serve), or mount one there",
         ) from None
-    _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if settings.telemetry_port else ''}listener)")
+    _say(f"starting supervisord with {conf_path} (vllm, {'telemetry, ' if plan.telemetry_port else ''}listener)")
     return pid1.run([supervisord, "-n", "-c", str(conf_path)], state_dir, child_environment(settings, dict(os.environ)))

@@ -11,7 +11,8 @@ from t4serve.telemetry import LOG_EVERY_S, run
 
 
 @click.command("telemetry")
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address /metrics binds.")
+@click.option("--host", default=VARIABLES_BY_NAME["T4SERVE_TELEMETRY_HOST"].default, show_default=True,
+              help="Address /metrics binds (serve passes T4SERVE_TELEMETRY_HOST).")  # fmt: skip
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t4serve.errors import PreflightError
-from t4serve.facts import DiskFacts, HostFacts
+from t4serve.facts import ADDRESS_IN_USE, DiskFacts, HostFacts
 
 # cgroup v1 has no "max": an unlimited memory.limit_in_bytes reads as LONG_MAX rounded down to the page size
 # (9223372036854771712 with 4 KiB pages). Anything this large is no limit on any real machine.
@@ -434,7 +434,7 @@ def probe_ports(ports: Iterable[tuple[str, int]]) -> tuple[list[int], dict[str, 
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.bind((host, port))
         except OSError as exc:
-            reason = "address already in use" if exc.errno == errno.EADDRINUSE else str(exc)
+            reason = ADDRESS_IN_USE if exc.errno == errno.EADDRINUSE else str(exc)
             errors[f"{host}:{port}"] = reason
             if port not in in_use:
                 in_use.append(port)

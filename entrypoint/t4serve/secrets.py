@@ -1,0 +1,211 @@
+"""Secrets: the HF token and the API key, each given directly or in a *_FILE, kept out of every printout and argv.
+
+`Secret` never shows its value (repr, str, format); the settings table holds its four rows here (HF_TOKEN,
+HF_TOKEN_FILE, T4SERVE_API_KEY, T4SERVE_API_KEY_FILE), each pair checked by `resolve_pair` (a file that cannot be
+read, or both set, is a ConfigError). `secret_environment` is the one place a secret is revealed, into the
+environment of the server's processes; `client_api_key` gives the key to the clients of a running server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from t4serve import untrusted
+from t4serve.errors import ConfigError
+from t4serve.untrusted import REDACTED
+from t4serve.variables import Context, Invalid, Variable, combine_errors, file_path, setting_error
+
+
+class Secret:
+    """A string that never shows itself: repr, str and format print a placeholder; `reveal()` is the only way in."""
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str) -> None:
+        self._value = value
+        self.source = source
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret(<redacted>, from {self.source})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self.source))
+
+    def __reduce__(self) -> Any:
+        # Pickling would write the token to wherever the pickle goes; nothing in t4serve needs it.
+        raise TypeError("a Secret cannot be pickled")
+
+
+def secret_environment(
+    environ: Mapping[str, str], *, hf_token: Secret | None, api_key: Secret | None
+) -> dict[str, str]:
+    """`environ` with the secrets put where the server's processes read them: the one place a secret is revealed into
+    an environment (never argv). HF_TOKEN for huggingface_hub, HF_TOKEN_FILE dropped (both set is a settings error for
+    any t4serve command a child runs; the hub reads HF_TOKEN anyway); VLLM_API_KEY, which vLLM's /v1 guard checks
+    (vllm/entrypoints/serve/middleware/register.py) and the canary sends."""
+    env = dict(environ)
+    if hf_token is not None:
+        env["HF_TOKEN"] = hf_token.reveal()
+        env.pop("HF_TOKEN_FILE", None)
+    if api_key is not None:
+        env["VLLM_API_KEY"] = api_key.reveal()
+    return env
+
+
+def _secret(name: str, what: str, example: str, printable_ascii: bool = False) -> Callable[[str, Context], Secret]:
+    """The parser of a secret given in the environment (HF_TOKEN, T4SERVE_API_KEY): one word, kept as a Secret."""
+
+    def parse(raw: str, ctx: Context) -> Secret:
+        try:
+            return Secret(untrusted.check_secret(raw, what, printable_ascii=printable_ascii), name)
+        except untrusted.Untrusted as exc:
+            raise Invalid(exc.reason, example) from None
+
+    return parse
+
+
+def _secret_file(
+    name: str, what: str, example: str, printable_ascii: bool = False
+) -> Callable[[str, Context], Secret]:
+    """The parser of a file holding a secret (HF_TOKEN_FILE, T4SERVE_API_KEY_FILE): a Docker/compose secret file."""
+
+    def parse(raw: str, ctx: Context) -> Secret:
+        path = Path(file_path(raw, ctx))
+        try:
+            # Bounded and non-blocking: a FIFO or a 10 MB file is refused, not waited on or read whole.
+            text = untrusted.read_text_bounded(path, _SECRET_FILE_MAX_BYTES, "the file")
+        except FileNotFoundError:
+            raise Invalid(f"must name an existing file ({path} does not exist)", example) from None
+        except untrusted.Untrusted as exc:
+            if not os.access(path, os.R_OK) and path.exists():
+                raise Invalid(f"must name a file readable by uid {os.getuid()} ({path} is not readable)", example) \
+                    from None
+            raise Invalid(f"must name a readable UTF-8 file holding the {what}: {exc.reason}", example) from None
+        if not text.strip():
+            raise Invalid(f"must name a file holding the {what} ({path} is empty)", example)
+        if any(c.isspace() for c in text.strip()):
+            raise Invalid(f"must name a file holding one {what} ({path} holds whitespace inside)", example)
+        try:
+            value = untrusted.check_secret(text, what, printable_ascii=printable_ascii)
+        except untrusted.Untrusted as exc:
+            reason = exc.reason.removeprefix("must be ")
+            raise Invalid(f"must name a file holding {reason} ({path})", example) from None
+        return Secret(value, f"{name}={path}")
+
+    return parse
+
+
+# A secret file holds one token of at most MAX_SECRET_CHARS plus a newline; a larger file is not a secret file.
+_SECRET_FILE_MAX_BYTES = 64 * 1024
+API_KEY_EXAMPLE = "$(openssl rand -hex 32)"
+
+API_KEY = Variable(
+    "T4SERVE_API_KEY", "api_key", None, "(none: no key)",
+    "API key clients must send (`Authorization: Bearer KEY`) to /v1/* (/health and /metrics stay open); vLLM "
+    "gets it as VLLM_API_KEY in its environment. Never printed, never on a command line.",
+    _secret("T4SERVE_API_KEY", "key", API_KEY_EXAMPLE, printable_ascii=True), API_KEY_EXAMPLE, None, secret=True,
+)
+API_KEY_FILE = Variable(
+    "T4SERVE_API_KEY_FILE", "api_key_file", None, "(none)",
+    "File holding the API key (a compose/Docker secret; see Exposing the port); setting it and "
+    "T4SERVE_API_KEY both is an error.",
+    file_path, "/run/secrets/api_key", "--api-key-file",
+)
+HF_TOKEN = Variable(
+    "HF_TOKEN", "hf_token", None, "(none)",
+    "Hugging Face token for gated checkpoints (Gemma is gated). Never printed, never on a command line.",
+    _secret("HF_TOKEN", "token", "hf_... (from https://huggingface.co/settings/tokens)"), "hf_...", None, secret=True,
+)
+HF_TOKEN_FILE = Variable(
+    "HF_TOKEN_FILE", "hf_token_file", None, "(none)",
+    "File holding the token (a compose/Docker secret); setting it and HF_TOKEN both is an error.",
+    file_path, "/run/secrets/hf_token", "--hf-token-file",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SecretPair:
+    """A secret given directly (HF_TOKEN) and its *_FILE variant (HF_TOKEN_FILE): at most one may be set."""
+
+    var: Variable
+    file_var: Variable
+    read_file: Callable[[str, Context], Secret]
+    what: str
+
+
+API_KEY_PAIR = SecretPair(
+    API_KEY, API_KEY_FILE, _secret_file("T4SERVE_API_KEY_FILE", "key", "/run/secrets/api_key", printable_ascii=True),
+    "key",
+)
+SECRET_PAIRS = (SecretPair(HF_TOKEN, HF_TOKEN_FILE, _secret_file("HF_TOKEN_FILE", "token", "/run/secrets/hf_token"),
+                           "token"), API_KEY_PAIR)  # fmt: skip
+
+
+def resolve_pair(
+    pair: SecretPair, secret: Secret | None, file: str | None, origins: Mapping[str, str]
+) -> tuple[Secret | None, list[ConfigError]]:
+    """The secret a pair gives (read from the file when that is set), or the errors: an unusable file, both set."""
+    errors: list[ConfigError] = []
+    from_file: Secret | None = None
+    name, file_name = pair.var.name, pair.file_var.name
+    if file is not None:
+        try:
+            from_file = pair.read_file(file, Context({}, Path("/")))
+        except Invalid as exc:
+            origin = origins.get(file_name, "env")
+            errors.append(setting_error(pair.file_var, file, origin, exc.reason, exc.example, exc.fix))
+    if secret is not None and file is not None:
+        errors.append(
+            ConfigError(
+                f"{name} and {file_name} are both set: set only one",
+                found=f"{name}={REDACTED}, {file_name}={file}",
+                required=f"at most one of {name}, {file_name}",
+                fix=f"unset {name} and keep {file_name} (a secret file keeps the {pair.what} out of `docker inspect`)",
+            )
+        )
+    return (None if errors else secret or from_file), errors
+
+
+def api_key_from_environ(environ: Mapping[str, str]) -> Secret | None:
+    """T4SERVE_API_KEY, or the key in T4SERVE_API_KEY_FILE, checked as `Settings` checks them (a ConfigError).
+
+    For the clients of a running server (healthcheck, bench), which need the key and nothing else of the table.
+    """
+    ctx = Context(environ, Path.cwd())
+    pair = API_KEY_PAIR
+    parsed: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    for var in (pair.var, pair.file_var):
+        raw = environ.get(var.name, "")
+        try:
+            parsed[var.name] = var.parse(raw, ctx) if raw else None
+        except Invalid as exc:
+            errors.append(setting_error(var, raw, "env", exc.reason, exc.example, exc.fix))
+    if errors:
+        raise combine_errors(errors)
+    secret, errors = resolve_pair(pair, parsed[pair.var.name], parsed[pair.file_var.name], {})
+    if errors:
+        raise combine_errors(errors)
+    return secret
+
+
+def client_api_key(environ: Mapping[str, str], fallback: str) -> str | None:
+    """The key a client of the server sends: t4serve's setting, else the variable `fallback` names (VLLM_API_KEY for
+    the healthcheck, OPENAI_API_KEY for bench's client); a ConfigError when the setting is unusable."""
+    key = api_key_from_environ(environ)
+    return key.reveal() if key is not None else environ.get(fallback) or None

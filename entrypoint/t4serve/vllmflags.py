@@ -1,0 +1,127 @@
+"""The vLLM flag policy: the `vllm serve` flags t4serve owns, those it refuses, and how a flag is recognised.
+
+T4SERVE_VLLM_ARGS passes extra flags to vLLM; a flag that repeats one t4serve sets (CONTROLLED_FLAGS), one it fixes
+(FIXED_FLAGS), a refused value (REFUSED_FLAG_VALUES) or a secret (SECRET_FLAGS) is refused with the variable to use
+instead. vLLM's parser accepts `--flag=value`, underscores for dashes and unambiguous abbreviations; so do these
+checks. Pure: strings in, reasons out.
+"""
+
+from __future__ import annotations
+
+from t4serve import untrusted
+
+# Flags of `vllm serve` that t4serve sets itself, and the variable that controls each. A user flag that repeats one
+# would either be overridden or override the plan silently, so it is refused with the variable to use instead.
+CONTROLLED_FLAGS: dict[str, str] = {
+    "--model": "T4SERVE_MODEL",
+    "--host": "T4SERVE_HOST",
+    "--port": "T4SERVE_PORT",
+    "--served-model-name": "T4SERVE_SERVED_MODEL_NAME",
+    "--dtype": "T4SERVE_DTYPE",
+    "--max-model-len": "T4SERVE_MAX_MODEL_LEN",
+    "--max-num-seqs": "T4SERVE_MAX_NUM_SEQS",
+    # The sliding-window KV groups and the activation peak are sized for it, so the plan owns it.
+    "--max-num-batched-tokens": "T4SERVE_MAX_NUM_BATCHED_TOKENS",
+    "--gpu-memory-utilization": "T4SERVE_GPU_MEMORY_UTILIZATION",
+    "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
+    "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
+    "--download-dir": "HF_HOME",
+    # Secrets (SECRET_FLAGS): each travels only in the vLLM process's environment, never on its command line.
+    "--hf-token": "HF_TOKEN or HF_TOKEN_FILE",
+    "--api-key": "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY",
+}
+# On a command line a secret would show in `ps`, in /proc/PID/cmdline and in t4serve's plan; refusing one also keeps
+# its value out of the refusal's own message.
+SECRET_FLAGS = ("--hf-token", "--api-key")
+# Flags t4serve fixes with no variable: why each is fixed is part of the error.
+FIXED_FLAGS: dict[str, str] = {
+    "--kv-cache-dtype": "t4serve sets --kv-cache-dtype auto: its KV cache sizing assumes the model dtype",
+    "--tensor-parallel-size": "t4serve serves one GPU (--tensor-parallel-size 1)",
+    "-tp": "t4serve serves one GPU (--tensor-parallel-size 1)",
+    "--pipeline-parallel-size": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
+    "-pp": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
+    "--data-parallel-size": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
+    "-dp": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
+    "--quantization": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with "
+    "T4SERVE_MODEL (qat) instead",
+    "-q": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with T4SERVE_MODEL",
+    "--cpu-offload-gb": "t4serve sizes the weights as held in GPU memory; offloading makes its KV sizing wrong",
+    "--num-gpu-blocks-override": "t4serve sizes the KV cache itself; use T4SERVE_KV_CACHE_MEMORY_BYTES instead",
+    # A YAML config can set any flag above where no check sees it.
+    "--config": "a YAML config could set t4serve's flags unseen; put the flags themselves in T4SERVE_VLLM_ARGS",
+}
+
+# Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
+REFUSED_FLAG_VALUES: dict[str, dict[str, str]] = {
+    "--load-format": {"dummy": "--load-format dummy serves random weights: t4serve's canary and sizing need real ones"},
+}
+
+
+def refused_value(arg: str, following: str | None) -> str | None:
+    """Why `arg` (with its value glued on by `=`, or the next argument) is refused for its value, or None."""
+    if not arg.startswith("--"):
+        return None
+    name, eq, glued = arg.partition("=")
+    value = glued if eq else following
+    for flag, refused in REFUSED_FLAG_VALUES.items():
+        if names_flag(canonical_flag(name), flag) and value is not None and value.strip().lower() in refused:
+            return f"must not contain {flag} {value.strip().lower()}: {refused[value.strip().lower()]}"
+    return None
+
+
+def secret_flag_inside(arg: str) -> str | None:
+    """A secret flag inside one quoted argument (`' --api-key KEY'`): vLLM would print it back as an unknown one."""
+    if not arg.startswith("-") and untrusted.holds_secret_flag(arg, is_secret_flag):
+        return "must not hold a secret flag inside a quoted argument: the secret would reach vLLM's command line"
+    return None
+
+
+def is_secret_flag(flag: str) -> bool:
+    """`flag` (as written, `--api_key`, an abbreviation) names one of SECRET_FLAGS."""
+    return flag.startswith("--") and any(names_flag(canonical_flag(flag), f) for f in SECRET_FLAGS)
+
+
+def redact_vllm_args(raw: str) -> str:
+    """T4SERVE_VLLM_ARGS as any message may show it: every value redacted when a secret flag is among the flags."""
+    return untrusted.redact_flags(raw, is_secret_flag)
+
+
+def vllm_flag_conflict(arg: str) -> str | None:
+    """Why `arg` may not appear in T4SERVE_VLLM_ARGS, or None when it may.
+
+    vLLM accepts `--flag=value`, underscores for dashes, and (argparse) unambiguous abbreviations; all three count.
+    """
+    if not arg.startswith("-") or arg == "-" or arg == "--":
+        return None
+    if arg.startswith("--"):
+        name = canonical_flag(arg.split("=", 1)[0])
+    else:
+        name = arg.split("=", 1)[0]
+        # Short options take their value glued on (-tp2): compare by prefix.
+        for short, why in FIXED_FLAGS.items():
+            if not short.startswith("--") and name.startswith(short):
+                return f"must not contain {name}: {why}"
+        return None
+    for flag, variable in CONTROLLED_FLAGS.items():
+        if names_flag(name, flag) and flag in SECRET_FLAGS:
+            return (
+                f"must not contain {name}: on a command line the secret would show in `ps` and in t4serve's plan; "
+                f"use {variable} instead (it reaches vLLM through its environment only)"
+            )
+        if names_flag(name, flag):
+            return f"must not contain {name}: t4serve sets {flag} itself; use {variable} instead"
+    for flag, why in FIXED_FLAGS.items():
+        if flag.startswith("--") and names_flag(name, flag):
+            return f"must not contain {name}: {why}"
+    return None
+
+
+def names_flag(name: str, flag: str) -> bool:
+    """`name` is `flag` or an abbreviation argparse would expand to it (vLLM's parser allows abbreviations)."""
+    return name == flag or (len(name) > 3 and flag.startswith(name))
+
+
+def canonical_flag(flag: str) -> str:
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`; so does this check. Case is folded
+    too: vLLM refuses `--API-KEY` as unknown, but its refusal would print the value that follows to the log."""
+    return "--" + flag[2:].replace("_", "-").lower() if flag.startswith("--") else flag

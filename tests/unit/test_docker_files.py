@@ -1,0 +1,77 @@
+"""docker/Dockerfile and compose.yaml agree with each other and with t4serve: one healthcheck start period, at least
+the cold-start budget of the larger built-in model, and the ports EXPOSE declares are the settings' defaults."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts
+from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.supervise.startbudget import cold_start_budget
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "docker" / "Dockerfile"
+COMPOSE = REPO / "compose.yaml"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def duration_s(text: str) -> float:
+    """A Docker/compose duration ("1100s", "18m20s", "1h") in seconds; anything else fails the test."""
+    parts = _DURATION_PART.findall(text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"not a duration: {text!r}"
+    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+
+
+def dockerfile_instructions(name: str) -> list[str]:
+    """The arguments of every `name` instruction of the Dockerfile (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    return [line.split(None, 1)[1] for line in text.splitlines() if line.split(None, 1)[:1] == [name]]
+
+
+def compose_service() -> dict[str, Any]:
+    service: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]["t4serve"]
+    return service
+
+
+def dockerfile_start_period_s() -> float:
+    (healthcheck,) = dockerfile_instructions("HEALTHCHECK")
+    match = re.search(r"--start-period=(\S+)", healthcheck)
+    assert match, healthcheck
+    return duration_s(match.group(1))
+
+
+def test_dockerfile_and_compose_share_one_start_period() -> None:
+    compose_s = duration_s(str(compose_service()["healthcheck"]["start_period"]))
+    assert dockerfile_start_period_s() == compose_s
+
+
+def test_the_start_period_covers_the_cold_start_budget_of_every_builtin_model() -> None:
+    budgets = {}
+    for alias, repo in MODEL_ALIASES.items():
+        facts = builtin_facts(repo, "start period test")
+        assert facts is not None, alias
+        budgets[alias] = cold_start_budget(facts.weight_bytes).total_seconds
+    period = dockerfile_start_period_s()
+    print(f"\nstart period {period:.0f} s; cold-start budgets: {budgets}")
+    assert period >= max(budgets.values())
+
+
+def test_exposed_ports_are_the_settings_defaults() -> None:
+    exposed = {int(port.split("/")[0]) for args in dockerfile_instructions("EXPOSE") for port in args.split()}
+    defaults = {int(VARIABLES_BY_NAME[name].default or 0) for name in ("T4SERVE_PORT", "T4SERVE_TELEMETRY_PORT")}
+    assert exposed == defaults
+    # compose publishes the same container ports ("127.0.0.1:${...:-8000}:8000").
+    published = {int(str(mapping).rsplit(":", 1)[1]) for mapping in compose_service()["ports"]}
+    assert published == exposed
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1100s", 1100), ("15m", 900), ("18m20s", 1100), ("1h", 3600)])
+def test_duration_parser(text: str, seconds: float) -> None:
+    assert duration_s(text) == seconds

@@ -1,0 +1,124 @@
+"""The command table and the entrypoint rule of t4serve.cli: commands listed explicitly (internal ones hidden from
+help), and a first argument that is no t4serve command run as a program (`docker run IMAGE echo hi`)."""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+import t4serve.commands
+from t4serve import cli
+from t4serve.cli import COMMANDS, INTERNAL_COMMANDS, main
+from t4serve.settings import markdown_table
+
+
+def run_t4serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m t4serve ARGS` in a child process, so a real exec replaces it."""
+    return subprocess.run([sys.executable, "-m", "t4serve", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_every_command_module_is_listed_once() -> None:
+    modules = {info.name for info in pkgutil.iter_modules(t4serve.commands.__path__) if not info.name.startswith("_")}
+    listed = [*COMMANDS.values(), *INTERNAL_COMMANDS.values()]
+    assert sorted(listed) == sorted(modules)
+    assert not set(COMMANDS) & set(INTERNAL_COMMANDS)
+    for name, module in {**COMMANDS, **INTERNAL_COMMANDS}.items():
+        command = cli.cli.get_command(click.Context(cli.cli), name)
+        assert command is not None, module
+
+
+def test_help_lists_the_commands_and_leaves_the_internal_ones_out(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    listing = out.split("Commands:", 1)[1].split("\n\n", 1)[0]
+    listed = [line.split()[0] for line in listing.splitlines() if line.startswith("  ") and line.split()]
+    assert listed == sorted(COMMANDS)
+    for name in INTERNAL_COMMANDS:
+        assert name not in listed
+        # Named once, in the epilog, so a reader of a supervisord.conf finds what they are.
+        assert name in out.split("Commands:", 1)[1]
+
+
+@pytest.mark.parametrize("name", sorted(INTERNAL_COMMANDS))
+def test_internal_commands_still_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([name, "--help"]) == 0
+    assert f"Usage: t4serve {name}" in capsys.readouterr().out
+
+
+def test_a_program_runs_in_place_of_t4serve() -> None:
+    out = run_t4serve("echo", "hi")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")
+    # exec, not a child: the program's exit status is the process's own.
+    assert run_t4serve("sh", "-c", "exit 7").returncode == 7
+
+
+def test_a_program_by_path_and_its_arguments_pass_unchanged(tmp_path: Path) -> None:
+    script = tmp_path / "show-args"
+    script.write_text('#!/bin/sh\nfor a in "$@"; do printf "[%s]" "$a"; done\n')
+    script.chmod(0o755)
+    out = run_t4serve(str(script), "--help", "a b", "")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[--help][a b][]"
+
+
+def test_main_execs_the_program_found_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    program = tmp_path / "bash"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    calls: list[tuple[str, list[str]]] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        calls.append((path, argv))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    with pytest.raises(SystemExit):
+        main(["bash", "-l"])
+    assert calls == [(str(program), ["bash", "-l"])]
+
+
+def test_t4serve_commands_win_over_programs_of_the_same_name() -> None:
+    # /usr/bin/env exists; `env` is t4serve's command.
+    out = run_t4serve("env", "--markdown")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == markdown_table()
+
+
+def test_options_go_to_t4serve(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert "t4serve" in capsys.readouterr().out
+
+
+def test_neither_command_nor_program_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["servee"]) == 2
+    err = capsys.readouterr().err
+    assert "No such command 'servee' (did you mean `t4serve serve`?)" in err
+    assert "neither a t4serve command nor a program on PATH" in err and "fix: `t4serve --help`" in err
+
+
+def test_a_file_that_cannot_be_executed_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a program\n")
+    assert main([str(plain)]) == 2
+    assert f"No such command {str(plain)!r}" in capsys.readouterr().err
+
+
+def test_a_failing_exec_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Executable bits on a file the kernel cannot run (no #! line, not ELF): execv fails with ENOEXEC.
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00\x01\x02")
+    garbage.chmod(0o755)
+    assert main([str(garbage)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot run {str(garbage)!r}" in err and "Exec format error" in err

@@ -31,7 +31,7 @@ def test_compose_config_validates(tmp_path: Path) -> None:
     out = subprocess.run([COMPOSE, "-f", "compose.yaml", "config"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    for needle in ("driver: nvidia", "shm_size: 2gb", "start_period: 1100s", "stop_grace_period: 90s",
+    for needle in ("driver: nvidia", "shm_size: 2gb", "start_period: 1350s", "stop_grace_period: 90s",
                    "127.0.0.1:8000:8000", "HF_TOKEN_FILE: /run/secrets/hf_token", "T4SERVE_MODEL: qat",
                    "restart: unless-stopped"):  # fmt: skip
         assert needle in out.stdout, needle

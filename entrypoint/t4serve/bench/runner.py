@@ -28,7 +28,7 @@ from typing import IO
 from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
-from t4serve.errors import ConfigError, PreflightError, T4ServeError
+from t4serve.errors import BenchError, ConfigError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch
 from t4serve.settings import Secret, client_api_key, secret_environment
 
@@ -195,13 +195,13 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
             if isinstance(first, str) and first:
                 return first
     except HttpFailure as exc:
-        raise PreflightError(
+        raise BenchError(
             f"the server at {url} does not list a model", found=f"GET {url}/v1/models: {exc.reason}", **not_listing
         ) from None
     except (LookupError, TypeError):
         pass
     if answer.status == 401:
-        raise PreflightError(
+        raise BenchError(
             f"the server at {url} wants an API key {'other than the one given' if api_key else 'and none was given'}",
             found=f"GET {url}/v1/models: HTTP 401 Unauthorized",
             required="the server's key",
@@ -211,15 +211,15 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
     found = f"GET {url}/v1/models: HTTP {answer.status}{moved}" + (
         f": {answer.text(200)}" if answer.status == 200 else ""
     )
-    raise PreflightError(f"the server at {url} does not list a model", found=found, **not_listing)
+    raise BenchError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    """Until /health answers 200; the server exiting or the timeout is a PreflightError with its log's tail."""
+    """Until /health answers 200; the server exiting or the timeout is a BenchError with its log's tail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise PreflightError(
+            raise BenchError(
                 f"the vLLM server exited with code {proc.returncode} before it was ready",
                 found=f"last lines of {log}:\n{tail(log)}",
                 required="a server that loads and answers /health",
@@ -229,7 +229,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Pat
             if fetch("GET", f"{url}/health", deadline_s=5.0).status == 200:
                 return
         time.sleep(1.0)
-    raise PreflightError(
+    raise BenchError(
         f"the vLLM server was not ready within {timeout:.0f} s",
         found=f"last lines of {log}:\n{tail(log)}",
         required="/health answering 200",

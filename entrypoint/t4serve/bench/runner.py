@@ -250,28 +250,25 @@ class PlannedServer:
 
 
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
-    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs)."""
+    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs):
+    `t4serve.plan.with_flags_of` makes that argv; bench runs it as given."""
     from t4serve.pipeline import gather_facts, prepare
+    from t4serve.plan import Plan, with_flags_of
     from t4serve.settings import Settings
 
     servers: dict[str, PlannedServer] = {}
     notes: list[str] = []
-    reference: list[str] | None = None
+    reference: Plan | None = None
     for model in models:
         settings = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model})
         plan, _findings = prepare(settings, gather_facts(settings, environ))
-        # The flags after `vllm serve MODEL`, less the model's own name: those are what must be identical.
-        flags = _without_option(list(plan.argv[3:]), "--served-model-name")
-        if reference is None:
-            reference = flags
-        elif flags != reference:
-            notes.append(
-                f"{model}: its own plan's flags differ ({shlex.join(flags)}); it ran with {models[0]}'s flags "
-                "so that only the checkpoint differs"
-            )
+        reference = reference or plan
+        plan, note = with_flags_of(plan, reference, models[0])
+        if note is not None:
+            notes.append(f"{model}: {note}")
         host = "127.0.0.1" if plan.host in ("0.0.0.0", "::", "") else plan.host
         servers[model] = PlannedServer(
-            argv=[*plan.argv[:3], "--served-model-name", plan.served_model_name, *reference],
+            argv=list(plan.argv),
             env=dict(plan.env),
             url=f"http://{host}:{plan.port}",
             tokenizer=plan.model,
@@ -279,20 +276,6 @@ def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[st
             hf_token=settings.hf_token,
         )
     return servers, notes
-
-
-def _without_option(argv: list[str], option: str) -> list[str]:
-    """`argv` less `option VALUE` and `option=VALUE`."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            kept.append(arg)
-    return kept
 
 
 def server_environment(server: PlannedServer, environ: Mapping[str, str]) -> dict[str, str]:

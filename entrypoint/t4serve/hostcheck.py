@@ -35,6 +35,7 @@ from t4serve.preflight import (
     check_host_memory,
     check_torch_arch,
     check_torch_cuda,
+    unreadable_disk,
 )
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
@@ -193,6 +194,13 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
     ]
     need = sum(n for _, n, _ in parts)
     required = f"{format_bytes(need)} = " + " + ".join(f"{what} {format_bytes(n)} ({why})" for what, n, why in parts)
+    if disk.free_bytes is None:
+        return dataclasses.replace(
+            unreadable_disk(disk),
+            check="docker-disk",
+            required=required,
+            fix=f"run host-check as a user who can read Docker's data root {disk.path} (e.g. with sudo)",
+        )
     found = f"{format_bytes(disk.free_bytes)} free at {disk.measured_at} (Docker's data root {disk.path})"
     if disk.free_bytes < need:
         return Finding(

@@ -59,6 +59,9 @@ def estimate(model: ModelFacts, host: HostFacts | None) -> HostMemory:
     if host is None:
         return HostMemory(Derived(need, "B", how), None,
                           Derived(0, "B", "host not probed: nothing to compare", "default"), eager_d, notes)
+    if host.mem_available_bytes is None or host.swap_free_bytes is None:
+        unread = f"host memory not read ({host.meminfo_unreadable or 'no figures'}): nothing to compare"
+        return HostMemory(Derived(need, "B", how), None, Derived(0, "B", unread, "default"), eager_d, notes)
     usable = host.mem_available_bytes + host.swap_free_bytes
     usable_how = (f"MemAvailable {host.mem_available_bytes / GIB:.2f} GiB + free swap "
                   f"{host.swap_free_bytes / GIB:.2f} GiB")

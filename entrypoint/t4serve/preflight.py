@@ -17,6 +17,7 @@ from t4serve import hostmem
 from t4serve.derived import format_bytes
 from t4serve.facts import BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
+from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.settings import QAT_REPO, Settings
 
 LEVELS = ("ok", "warn", "fail")
@@ -48,6 +49,7 @@ DISK_NEED_BY_ROLE = {
     "state": 2**20,
 }
 HF_CACHE_HEADROOM = 256 * 2**20
+PROC_FIX = "run t4serve on Linux with /proc mounted (inside the t4serve image it always is)"
 # ModelFacts.source values meaning "vLLM will download it": read remotely, or the aliases' built-in facts.
 NOT_LOCAL_SOURCES = ("not-local", "builtin")
 
@@ -368,12 +370,20 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
     """RAM + swap (within the cgroup limit) against the loading peak, from t4serve.hostmem: the same estimate the
     plan's sizing shows, computed here too so a machine without a visible GPU still learns what it must add."""
     model = facts.model
+    available, swap_free = facts.host.mem_available_bytes, facts.host.swap_free_bytes
+    if available is None or swap_free is None:
+        return Finding(
+            "host-memory",
+            "fail",
+            f"the host's memory figures could not be read: {facts.host.meminfo_unreadable or 'no reason recorded'}",
+            "a readable /proc/meminfo with " + ", ".join(MEMINFO_KEYS) + " (Linux 3.14 or newer)",
+            PROC_FIX,
+        )
     if model is None or not model.weights:
         return Finding(
             "host-memory",
             "warn",
-            f"RAM available {format_bytes(facts.host.mem_available_bytes)}, free swap "
-            f"{format_bytes(facts.host.swap_free_bytes)}",
+            f"RAM available {format_bytes(available)}, free swap {format_bytes(swap_free)}",
             "not computed: the checkpoint's size is unknown" + (f" ({model.error})" if model and model.error else ""),
             "point T4SERVE_MODEL at a readable checkpoint, or use an alias (qat, bf16) whose facts are built in",
         )
@@ -425,9 +435,12 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
     """One finding per filesystem: the roles sharing it add up, and its free space counts once."""
     needs = disk_needs(facts, plan)
     by_fs: dict[int, list[DiskFacts]] = {}
-    for disk in facts.host.disks:
-        by_fs.setdefault(disk.filesystem_id, []).append(disk)
     findings = []
+    for disk in facts.host.disks:
+        if disk.filesystem_id is None or disk.free_bytes is None:
+            findings.append(unreadable_disk(disk))
+        else:
+            by_fs.setdefault(disk.filesystem_id, []).append(disk)
     for disks in by_fs.values():
         roles = ", ".join(f"{d.role} {d.path}" for d in disks)
         total = sum(needs.get(d.role, (0, ""))[0] for d in disks)
@@ -435,7 +448,7 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
             f"{d.role} {format_bytes(needs.get(d.role, (0, ''))[0])} ({needs.get(d.role, (0, 'unknown role'))[1]})"
             for d in disks
         )
-        free = disks[0].free_bytes
+        free = disks[0].free_bytes or 0
         found = f"{format_bytes(free)} free on {disks[0].measured_at} ({roles})"
         required = f"{format_bytes(total)} = {parts}" if len(disks) > 1 else f"{parts}"
         unwritable = [d for d in disks if not d.writable]
@@ -464,6 +477,17 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
         else:
             findings.append(Finding("disk", "ok", found, required, ""))
     return findings
+
+
+def unreadable_disk(disk: DiskFacts) -> Finding:
+    """The finding for a write path whose free space could not be measured (the probe recorded why)."""
+    return Finding(
+        "disk",
+        "fail",
+        f"cannot measure free disk for {disk.role}: {disk.unreadable or 'no reason recorded'}",
+        "a folder t4serve can stat on the filesystem that will hold it",
+        f"mount a readable volume at {disk.path}, or point the variable that sets it elsewhere",
+    )
 
 
 def check_model(facts: Facts, settings: Settings) -> Finding:

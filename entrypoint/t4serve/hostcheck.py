@@ -41,6 +41,7 @@ from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
 from t4serve.settings import Settings
+from t4serve.units import GIB, KIB, MIB, TIB
 
 # The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (docs/image.md's
 # table); rounded up to 10.5 GB for the layers' extraction overhead.
@@ -50,7 +51,7 @@ TOOLKIT_FIX = (
     "latest/install-guide.html), then `sudo nvidia-ctk runtime configure --runtime=docker && "
     "sudo systemctl restart docker`"
 )
-DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
 DRIVER_FIX = "install the NVIDIA driver 580 or newer on the host (`nvidia-smi` then shows it)"
 
 

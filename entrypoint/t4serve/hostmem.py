@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 from t4serve.derived import Derived
 from t4serve.facts import HostFacts, ModelFacts
-
-MIB = 1024**2
-GIB = 1024**3
-GB = 1e9
+from t4serve.units import GB, GIB, MIB
 
 # t4-run.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked at
 # 6,761 MiB (bf16) and 4,770 MiB (QAT). RAM was full at the peak, so the peak demand was about 7.8 GB + swap:

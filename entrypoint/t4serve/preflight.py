@@ -19,6 +19,7 @@ from t4serve.facts import BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
 from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.settings import QAT_REPO, Settings
+from t4serve.units import GIB, MIB
 
 LEVELS = ("ok", "warn", "fail")
 MIN_CAPABILITY = (7, 5)
@@ -35,20 +36,20 @@ NO_GPU_FIX = (
 SHM_FIX = "give the container more /dev/shm: `docker run --shm-size 2g ...`, or `shm_size: 2g` / `ipc: host` in compose"
 # Docker's default /dev/shm is 64 MiB. At tensor-parallel 1 vLLM runs its model in the engine process (the "uni"
 # executor: no shared-memory message queue), so little is used; below this much free, even that fails with SIGBUS.
-SHM_MIN_FREE = 64 * 2**20
+SHM_MIN_FREE = 64 * MIB
 # vLLM's multi-process executor's queue alone takes VLLM_MQ_MAX_CHUNK_BYTES_MB (16) x 10 chunks = 160 MiB; 1 GiB
 # leaves room for that and for torch's shared tensors, and is what the warning asks for.
-SHM_RECOMMENDED = 2**30
+SHM_RECOMMENDED = GIB
 # Free space each write path needs besides the checkpoint. Estimates for one Gemma 4 E2B server (not measured on a
 # T4): vLLM's torch.compile cache, Triton's kernels, inductor's artefacts, scratch and state files.
 DISK_NEED_BY_ROLE = {
-    "compile_cache": 512 * 2**20,
-    "triton_cache": 256 * 2**20,
-    "inductor_cache": 256 * 2**20,
-    "tmp": 512 * 2**20,
-    "state": 2**20,
+    "compile_cache": 512 * MIB,
+    "triton_cache": 256 * MIB,
+    "inductor_cache": 256 * MIB,
+    "tmp": 512 * MIB,
+    "state": MIB,
 }
-HF_CACHE_HEADROOM = 256 * 2**20
+HF_CACHE_HEADROOM = 256 * MIB
 PROC_FIX = "run t4serve on Linux with /proc mounted (inside the t4serve image it always is)"
 # ModelFacts.source values meaning "vLLM will download it": read remotely, or the aliases' built-in facts.
 NOT_LOCAL_SOURCES = ("not-local", "builtin")
@@ -412,7 +413,7 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
 
 
 def _gib_ceil(n: int) -> int:
-    return max(1, math.ceil(n / 2**30))
+    return max(1, math.ceil(n / GIB))
 
 
 def disk_needs(facts: Facts, plan: Plan) -> dict[str, tuple[int, str]]:

@@ -18,6 +18,7 @@ from t4serve.plan import Plan
 from t4serve.settings import Settings
 from t4serve.sizing import Sizing
 from t4serve.supervise.state import Prediction, RunSpec
+from t4serve.units import GIB
 from t4serve.untrusted import Untrusted, check_text, printable
 
 # Seconds beyond vLLM's own drain for its engine to shut down before supervisord resorts to SIGKILL.
@@ -25,7 +26,6 @@ STOP_MARGIN_S = 30
 # vLLM must stay up this long to count as started; a quicker death is a failed start (BACKOFF, then FATAL).
 VLLM_STARTSECS = 10
 
-GIB = 1024**3
 
 
 def predicted_figures(sizing: Sizing) -> dict[str, Derived]:

@@ -15,31 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, TextIO
 
-# NVML's clocks-event (throttle) reason bits (nvml.h nvmlClocksEventReason*), named as nvidia-smi names them.
-THROTTLE_REASONS: tuple[tuple[int, str, str], ...] = (
-    (0x0001, "gpu_idle", "GPU idle"),
-    (0x0002, "applications_clocks_setting", "applications clocks setting"),
-    (0x0004, "sw_power_cap", "SW power cap"),
-    (0x0008, "hw_slowdown", "HW slowdown"),
-    (0x0010, "sync_boost", "sync boost"),
-    (0x0020, "sw_thermal_slowdown", "SW thermal slowdown"),
-    (0x0040, "hw_thermal_slowdown", "HW thermal slowdown"),
-    (0x0080, "hw_power_brake_slowdown", "HW power brake slowdown"),
-    (0x0100, "display_clock_setting", "display clock setting"),
-)
+from t4serve.gpus import THROTTLE_REASONS, clocks_event_reasons_query, decode_throttle_reasons, throttle_labels
+from t4serve.units import GIB
+
 LOG_EVERY_S = 60.0
-
-
-def decode_throttle_reasons(mask: int) -> list[str]:
-    """The reason keys set in an NVML clocks-event mask; unknown bits are named by their value."""
-    names = [key for bit, key, _label in THROTTLE_REASONS if mask & bit]
-    known = 0
-    for bit, _key, _label in THROTTLE_REASONS:
-        known |= bit
-    unknown = mask & ~known
-    if unknown:
-        names.append(f"unknown_0x{unknown:x}")
-    return names
 
 
 @dataclass(frozen=True)
@@ -74,10 +53,7 @@ def _text(value: Any) -> str:
 
 
 def read_samples(nvml: ModuleType) -> list[GpuSample]:
-    # The "ClocksEvent" name replaced "ClocksThrottle" in newer NVML; older bindings only have the old one.
-    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    if reasons_fn is None:
-        reasons_fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    reasons_fn = clocks_event_reasons_query(nvml)
     samples = []
     for i in range(nvml.nvmlDeviceGetCount()):
         h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -173,15 +149,9 @@ def log_line(s: GpuSample) -> str:
     def show(v: float | None, fmt: str) -> str:
         return "?" if v is None else format(v, fmt)
 
-    labels = {key: label for _bit, key, label in THROTTLE_REASONS}
-    reasons = (
-        "?"
-        if s.throttle_mask is None
-        else ", ".join(labels.get(r, r) for r in decode_throttle_reasons(s.throttle_mask)) or "none"
-    )
-    gib = 1024**3
-    used = None if s.memory_used_bytes is None else s.memory_used_bytes / gib
-    total = None if s.memory_total_bytes is None else s.memory_total_bytes / gib
+    reasons = "?" if s.throttle_mask is None else ", ".join(throttle_labels(s.throttle_mask)) or "none"
+    used = None if s.memory_used_bytes is None else s.memory_used_bytes / GIB
+    total = None if s.memory_total_bytes is None else s.memory_total_bytes / GIB
     return (
         f"gpu{s.index} {s.name}: power {show(s.power_w, '.1f')}/{show(s.power_limit_w, '.0f')} W"
         f"{_pct(s.power_w, s.power_limit_w)}, SM {show(s.sm_clock_mhz, 'd')}/{show(s.sm_clock_max_mhz, 'd')} MHz"

@@ -108,7 +108,7 @@ def test_progress_prints_count_and_eta() -> None:
     progress.step("qat in=512 c=1 r=1", "62.27 tok/s")
     line = out.getvalue()
     assert "1/4 qat in=512 c=1 r=1: 62.27 tok/s" in line
-    assert "elapsed 0:10, ETA 0:30" in line
+    assert "elapsed 10s, ETA 30s" in line
 
 
 def test_served_model_name_and_its_failure(standin_url: str) -> None:

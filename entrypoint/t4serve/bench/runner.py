@@ -29,8 +29,9 @@ from t4serve.bench import grid, report
 from t4serve.bench.results import Run, RunFigures, RunsFile, Telemetry, figures_from_result, write_runs
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import BenchError, ConfigError, T4ServeError
-from t4serve.httpclient import HttpFailure, fetch
+from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.settings import Secret, client_api_key, secret_environment
+from t4serve.units import fmt_duration
 
 LOG_TAIL_LINES = 15
 
@@ -266,11 +267,10 @@ def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[st
         plan, note = with_flags_of(plan, reference, models[0])
         if note is not None:
             notes.append(f"{model}: {note}")
-        host = "127.0.0.1" if plan.host in ("0.0.0.0", "::", "") else plan.host
         servers[model] = PlannedServer(
             argv=list(plan.argv),
             env=dict(plan.env),
-            url=f"http://{host}:{plan.port}",
+            url=local_url(plan.host, plan.port),
             tokenizer=plan.model,
             api_key=settings.api_key,
             hf_token=settings.hf_token,
@@ -366,14 +366,10 @@ class Progress:
         filled = width * self.done // self.total
         bar = "#" * filled + "." * (width - filled)
         self.stream.write(
-            f"[{bar}] {self.done}/{self.total} {label}: {outcome}  elapsed {_clock(elapsed)}, ETA {_clock(eta)}\n"
+            f"[{bar}] {self.done}/{self.total} {label}: {outcome}  "
+            f"elapsed {fmt_duration(elapsed)}, ETA {fmt_duration(eta)}\n"
         )
         self.stream.flush()
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stream: IO[str] | None = None) -> RunsFile:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from t4serve.supervise import canary
+from t4serve.units import GB
 
-GB = 1e9
 # preflight's probes (NVML, /proc, disks, the checkpoint's headers from the hub with their own timeouts), the plan and
 # supervisord's start: seconds on the published host; a minute covers a slow hub answer.
 STARTING_S = 60.0

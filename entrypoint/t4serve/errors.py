@@ -55,7 +55,8 @@ class EngineError(T4ServeError):
 
 
 class BenchError(T4ServeError):
-    """`t4serve bench` could not measure: a server it needs never became ready or lists no model (exit 6)."""
+    """`t4serve bench` could not measure: a server it needs never became ready or lists no model, or no run of the
+    sweep produced figures (exit 6)."""
 
     exit_code = 6
 

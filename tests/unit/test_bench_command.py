@@ -1,6 +1,5 @@
 """t4serve.commands.bench: its options checked before anything runs (exit 2 with the fix), MODEL=VALUE pairs, the
-exit status of a sweep that ran (0 all measured, 1 some runs failed; a BenchError's 6 is in test_errors.py), and
-`bench compare`."""
+exit status of a sweep that ran (0 all measured, 1 some runs failed, 6 none measured), and `bench compare`."""
 
 from __future__ import annotations
 
@@ -51,29 +50,49 @@ def test_an_output_folder_holding_files_is_refused(tmp_path: Path, capsys: pytes
     assert "already holds files" in err and "fix:" in err
 
 
-def _sweep(failed: bool) -> object:
+def _sweep(outcomes: list[bool]) -> object:
     def run_bench(opts: object, *_args: object, **_kwargs: object) -> RunsFile:
-        """Stands for a sweep that ran: writes the report the command prints and returns the runs."""
+        """Stands for a sweep that ran: writes the report the command prints and returns one run per outcome
+        (True: measured, False: failed)."""
         output: Path = opts.output  # type: ignore[attr-defined]
         (output / "report.md").write_text("# report\n")
-        figures = None if failed else RunFigures(8, 0, 60.0, 16.0, 80.0, 85.0, 1024, 10.0)
-        runs = [Run("qat", 512, 1, 1, 1, 8, None, figures, "exited 1" if failed else None)]
-        return RunsFile(1, ["qat"], [512], [1], 1, 128, "2026-12-01T00:00:00+00:00", runs, {})
+        runs = []
+        for c, measured in enumerate(outcomes, start=1):
+            figures = RunFigures(8, 0, 60.0, 16.0, 80.0, 85.0, 1024, 10.0) if measured else None
+            error = None if measured else "the vLLM server was not ready within 1800 s"
+            runs.append(Run("qat", 512, c, 1, 1, 8, "r.json" if measured else None, figures, error))
+        return RunsFile(1, ["qat"], [512], list(range(1, len(outcomes) + 1)), 1, 128, "2026-12-01T00:00:00+00:00",
+                        runs, {})  # fmt: skip
 
     return run_bench
 
 
-@pytest.mark.parametrize(("failed", "code"), [(False, 0), (True, 1)])
-def test_a_sweep_that_ran_exits_0_or_1(
-    failed: bool, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("outcomes", "code", "says"),
+    [
+        ([True, True], 0, ""),
+        ([True, False], 1, "1 of 2 runs failed"),
+        ([False, False], 6, "t4serve bench measured nothing: all 2 runs failed"),
+    ],
+)
+def test_a_sweep_that_ran_exits_0_1_or_6(
+    outcomes: list[bool],
+    code: int,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from t4serve.bench import runner
 
-    monkeypatch.setattr(runner, "run_bench", _sweep(failed))
+    monkeypatch.setattr(runner, "run_bench", _sweep(outcomes))
     assert main(["bench", "--models", "qat", "--output", str(tmp_path / "out")]) == code
     captured = capsys.readouterr()
     assert "# report" in captured.out
-    assert ("1 of 1 runs failed" in captured.err) is failed
+    assert says in captured.err
+    if code == 6:
+        assert "first failure: the vLLM server was not ready within 1800 s" in captured.err
+        assert f"fix: read {tmp_path / 'out' / 'report.md'}" in captured.err
 
 
 def test_compare_two_folders_and_a_folder_that_is_not_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from t4serve.units import GIB, KIB, MIB, TIB
+
 
 @dataclass(frozen=True)
 class Derived:
@@ -32,9 +34,9 @@ class Derived:
 
 def format_bytes(n: int) -> str:
     """Binary units, as vLLM logs them (GiB), with the exact byte count for large values."""
-    if abs(n) < 1024:
+    if abs(n) < KIB:
         return f"{n} B"
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if abs(n) >= size:
             return f"{n / size:.3f} {unit}"
     return f"{n} B"

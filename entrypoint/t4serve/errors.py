@@ -1,7 +1,7 @@
 """Error classes, one per exit code, and the message shape every user-facing failure follows.
 
 Every failure a user can meet says what failed, what was found, what is required, and what fixes it.
-Exit codes are fixed per class: usage/config 2, preflight 3, patch 4, Docker engine 5, internal 70.
+Exit codes are fixed per class: usage/config 2, preflight 3, patch 4, Docker engine 5, benchmark 6, internal 70.
 """
 
 from __future__ import annotations
@@ -52,6 +52,13 @@ class EngineError(T4ServeError):
     """The Docker Engine refused or failed a request of the host-side commands (exit 5)."""
 
     exit_code = 5
+
+
+class BenchError(T4ServeError):
+    """`t4serve bench` could not measure: a server it needs never became ready or lists no model, or no run of the
+    sweep produced figures (exit 6)."""
+
+    exit_code = 6
 
 
 class InternalError(T4ServeError):

@@ -60,21 +60,24 @@ class DiskFacts:
     path: str
     # The nearest existing folder at or above `path`, which is where free space was measured.
     measured_at: str
-    free_bytes: int
-    total_bytes: int
+    free_bytes: int | None
+    total_bytes: int | None
     writable: bool
     # Device id of the filesystem, so two roles on one filesystem are not counted twice.
-    filesystem_id: int
+    filesystem_id: int | None
     fs_type: str | None = None
+    # Why the sizes and device id above are None: the folder could not be measured (statvfs or stat failed).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
 class HostFacts:
     cpu_count: int
-    mem_total_bytes: int
-    mem_available_bytes: int
-    swap_total_bytes: int
-    swap_free_bytes: int
+    # From /proc/meminfo; None when it could not be read, with the reason in meminfo_unreadable.
+    mem_total_bytes: int | None
+    mem_available_bytes: int | None
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
     # The container's memory limit from cgroup v2 memory.max or v1 memory.limit_in_bytes; None when unlimited.
     cgroup_version: int | None
     cgroup_memory_limit_bytes: int | None
@@ -92,6 +95,8 @@ class HostFacts:
     port_bind_errors: dict[str, str] = field(default_factory=dict)
     # What the probe could not read (a cgroup file, mountinfo), so a None above comes with its reason.
     probe_notes: list[str] = field(default_factory=list)
+    # Why a memory figure above is None: /proc/meminfo unreadable, or lacking the key (Linux before 3.14).
+    meminfo_unreadable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ it, and it decides whether vLLM's Triton attention needs the Turing clamp.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
-MIB = 1024 * 1024
+from t4serve.units import GB, MIB
 
 # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": max opt-in shared memory per block.
 _SHARED_MEMORY_OPTIN: dict[tuple[int, int], int] = {
@@ -62,8 +64,6 @@ class KnownGpu:
         return self.bandwidth_measured or self.bandwidth_nominal
 
 
-GB = 1e9
-
 KNOWN_GPUS: dict[str, KnownGpu] = {
     g.key: g
     for g in (
@@ -93,3 +93,44 @@ def match_known_gpu(name: str) -> KnownGpu | None:
         if gpu.key in lowered.replace(" ", "").replace("-", ""):
             return gpu
     return None
+
+
+# NVML's clocks-event (throttle) reason bits (nvml.h nvmlClocksEventReason*), named as nvidia-smi names them.
+THROTTLE_REASONS: tuple[tuple[int, str, str], ...] = (
+    (0x0001, "gpu_idle", "GPU idle"),
+    (0x0002, "applications_clocks_setting", "applications clocks setting"),
+    (0x0004, "sw_power_cap", "SW power cap"),
+    (0x0008, "hw_slowdown", "HW slowdown"),
+    (0x0010, "sync_boost", "sync boost"),
+    (0x0020, "sw_thermal_slowdown", "SW thermal slowdown"),
+    (0x0040, "hw_thermal_slowdown", "HW thermal slowdown"),
+    (0x0080, "hw_power_brake_slowdown", "HW power brake slowdown"),
+    (0x0100, "display_clock_setting", "display clock setting"),
+)
+
+
+def decode_throttle_reasons(mask: int) -> list[str]:
+    """The reason keys set in an NVML clocks-event mask; unknown bits are named by their value."""
+    names = [key for bit, key, _label in THROTTLE_REASONS if mask & bit]
+    known = 0
+    for bit, _key, _label in THROTTLE_REASONS:
+        known |= bit
+    unknown = mask & ~known
+    if unknown:
+        names.append(f"unknown_0x{unknown:x}")
+    return names
+
+
+def throttle_labels(mask: int) -> list[str]:
+    """The reasons set in an NVML clocks-event mask in nvidia-smi's words; unknown bits are named by their value."""
+    labels = {key: label for _bit, key, label in THROTTLE_REASONS}
+    return [labels.get(key, key) for key in decode_throttle_reasons(mask)]
+
+
+def clocks_event_reasons_query(nvml: Any) -> Callable[[Any], int]:
+    """NVML's query for the clocks-event mask: "ClocksEvent" replaced "ClocksThrottle" in newer NVML; older bindings
+    only have the old name."""
+    query = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if query is None:
+        query = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return cast(Callable[[Any], int], query)

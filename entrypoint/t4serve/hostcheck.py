@@ -35,11 +35,13 @@ from t4serve.preflight import (
     check_host_memory,
     check_torch_arch,
     check_torch_cuda,
+    unreadable_disk,
 )
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
 from t4serve.settings import Settings
+from t4serve.units import GIB, KIB, MIB, TIB
 
 # The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (docs/image.md's
 # table); rounded up to 10.5 GB for the layers' extraction overhead.
@@ -49,7 +51,7 @@ TOOLKIT_FIX = (
     "latest/install-guide.html), then `sudo nvidia-ctk runtime configure --runtime=docker && "
     "sudo systemctl restart docker`"
 )
-DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
 DRIVER_FIX = "install the NVIDIA driver 580 or newer on the host (`nvidia-smi` then shows it)"
 
 
@@ -193,6 +195,13 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
     ]
     need = sum(n for _, n, _ in parts)
     required = f"{format_bytes(need)} = " + " + ".join(f"{what} {format_bytes(n)} ({why})" for what, n, why in parts)
+    if disk.free_bytes is None:
+        return dataclasses.replace(
+            unreadable_disk(disk),
+            check="docker-disk",
+            required=required,
+            fix=f"run host-check as a user who can read Docker's data root {disk.path} (e.g. with sudo)",
+        )
     found = f"{format_bytes(disk.free_bytes)} free at {disk.measured_at} (Docker's data root {disk.path})"
     if disk.free_bytes < need:
         return Finding(

@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 from t4serve.derived import Derived
 from t4serve.facts import HostFacts, ModelFacts
-
-MIB = 1024**2
-GIB = 1024**3
-GB = 1e9
+from t4serve.units import GB, GIB, MIB
 
 # t4-run.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked at
 # 6,761 MiB (bf16) and 4,770 MiB (QAT). RAM was full at the peak, so the peak demand was about 7.8 GB + swap:
@@ -59,6 +56,9 @@ def estimate(model: ModelFacts, host: HostFacts | None) -> HostMemory:
     if host is None:
         return HostMemory(Derived(need, "B", how), None,
                           Derived(0, "B", "host not probed: nothing to compare", "default"), eager_d, notes)
+    if host.mem_available_bytes is None or host.swap_free_bytes is None:
+        unread = f"host memory not read ({host.meminfo_unreadable or 'no figures'}): nothing to compare"
+        return HostMemory(Derived(need, "B", how), None, Derived(0, "B", unread, "default"), eager_d, notes)
     usable = host.mem_available_bytes + host.swap_free_bytes
     usable_how = (f"MemAvailable {host.mem_available_bytes / GIB:.2f} GiB + free swap "
                   f"{host.swap_free_bytes / GIB:.2f} GiB")

@@ -15,11 +15,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from t4serve.units import MIB
 from t4serve.untrusted import REDACTED, Untrusted, loads_json
 
 # /health, /v1/models and a canary completion are a few KB; a MiB is far beyond any of them.
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = MIB
 _CHUNK = 64 * 1024
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL to reach a server bound to `host` from the same machine (wildcards mean loopback; IPv6 bracketed)."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 class HttpFailure(Exception):

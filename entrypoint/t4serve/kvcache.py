@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from t4serve.errors import ConfigError
+from t4serve.units import GIB
 
 # vLLM's CacheConfig.block_size for the CUDA attention backends (Triton included): 16 tokens.
 DEFAULT_BLOCK_SIZE = 16
-GIB = 1024**3
 
 
 def cdiv(a: int, b: int) -> int:

@@ -38,6 +38,7 @@ from t4serve import __version__
 from t4serve.engine import API_PORT, MANIFEST_PATH, Engine, ServiceContainer
 from t4serve.errors import ConfigError, EngineError, T4ServeError
 from t4serve.facts import Facts
+from t4serve.httpclient import local_url
 from t4serve.preflight import Finding, check_clamp, has_failures
 from t4serve.probes.gpu import Nvml
 from t4serve.secrets import client_api_key
@@ -573,8 +574,7 @@ class Tools:
         published = self.engine.published_port(container.id, API_PORT)
         if published is None:
             return None
-        host, port = published
-        return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        return local_url(*published)
 
     @guarded
     async def start_vllm_server(
@@ -649,9 +649,9 @@ class Tools:
             )
 
     def _status(self) -> StatusOut:
-        from t4serve.commands.healthcheck import time_to_ready
         from t4serve.commands.status import render_status
         from t4serve.supervise.logwatch import compare
+        from t4serve.supervise.readout import time_to_ready
         from t4serve.supervise.state import PHASE_LABELS, ServeState
 
         container = self.engine.service()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -383,3 +384,34 @@ def _size(
         return size(inputs), None
     except T4ServeError as exc:
         return None, exc.message()
+
+
+def with_flags_of(plan: Plan, reference: Plan, reference_label: str) -> tuple[Plan, str | None]:
+    """`plan` serving its own checkpoint under its own name with `reference`'s other flags, so that two servers a
+    benchmark compares differ only in the checkpoint; and a note when `plan`'s own flags differed from those.
+
+    The argv becomes `vllm serve MODEL --served-model-name NAME` followed by the reference's flags less its name."""
+    own = without_option(plan.argv[3:], "--served-model-name")
+    shared = without_option(reference.argv[3:], "--served-model-name")
+    note = None
+    if own != shared:
+        note = (
+            f"its own plan's flags differ ({shlex.join(own)}); it ran with {reference_label}'s flags so that only "
+            "the checkpoint differs"
+        )
+    argv = (*plan.argv[:3], "--served-model-name", plan.served_model_name, *shared)
+    return replace(plan, argv=argv), note
+
+
+def without_option(argv: Sequence[str], option: str) -> tuple[str, ...]:
+    """`argv` less `option VALUE` and `option=VALUE`."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            kept.append(arg)
+    return tuple(kept)

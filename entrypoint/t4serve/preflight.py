@@ -18,7 +18,9 @@ from t4serve.aliases import QAT_REPO
 from t4serve.derived import format_bytes
 from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan
+from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.settings import Settings
+from t4serve.units import GIB, MIB
 from t4serve.untrusted import Untrusted, check_host, printable
 
 LEVELS = ("ok", "warn", "fail")
@@ -36,20 +38,21 @@ NO_GPU_FIX = (
 SHM_FIX = "give the container more /dev/shm: `docker run --shm-size 2g ...`, or `shm_size: 2g` / `ipc: host` in compose"
 # Docker's default /dev/shm is 64 MiB. At tensor-parallel 1 vLLM runs its model in the engine process (the "uni"
 # executor: no shared-memory message queue), so little is used; below this much free, even that fails with SIGBUS.
-SHM_MIN_FREE = 64 * 2**20
+SHM_MIN_FREE = 64 * MIB
 # vLLM's multi-process executor's queue alone takes VLLM_MQ_MAX_CHUNK_BYTES_MB (16) x 10 chunks = 160 MiB; 1 GiB
 # leaves room for that and for torch's shared tensors, and is what the warning asks for.
-SHM_RECOMMENDED = 2**30
+SHM_RECOMMENDED = GIB
 # Free space each write path needs besides the checkpoint. Estimates for one Gemma 4 E2B server (not measured on a
 # T4): vLLM's torch.compile cache, Triton's kernels, inductor's artefacts, scratch and state files.
 DISK_NEED_BY_ROLE = {
-    "compile_cache": 512 * 2**20,
-    "triton_cache": 256 * 2**20,
-    "inductor_cache": 256 * 2**20,
-    "tmp": 512 * 2**20,
-    "state": 2**20,
+    "compile_cache": 512 * MIB,
+    "triton_cache": 256 * MIB,
+    "inductor_cache": 256 * MIB,
+    "tmp": 512 * MIB,
+    "state": MIB,
 }
-HF_CACHE_HEADROOM = 256 * 2**20
+HF_CACHE_HEADROOM = 256 * MIB
+PROC_FIX = "run t4serve on Linux with /proc mounted (inside the t4serve image it always is)"
 # ModelFacts.source values meaning "vLLM will download it": read remotely, or the aliases' built-in facts.
 NOT_LOCAL_SOURCES = ("not-local", "builtin")
 
@@ -371,12 +374,20 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
     """RAM + swap (within the cgroup limit) against the loading peak, from t4serve.hostmem: the same estimate the
     plan's sizing shows, computed here too so a machine without a visible GPU still learns what it must add."""
     model = facts.model
+    available, swap_free = facts.host.mem_available_bytes, facts.host.swap_free_bytes
+    if available is None or swap_free is None:
+        return Finding(
+            "host-memory",
+            "fail",
+            f"the host's memory figures could not be read: {facts.host.meminfo_unreadable or 'no reason recorded'}",
+            "a readable /proc/meminfo with " + ", ".join(MEMINFO_KEYS) + " (Linux 3.14 or newer)",
+            PROC_FIX,
+        )
     if model is None or not model.weights:
         return Finding(
             "host-memory",
             "warn",
-            f"RAM available {format_bytes(facts.host.mem_available_bytes)}, free swap "
-            f"{format_bytes(facts.host.swap_free_bytes)}",
+            f"RAM available {format_bytes(available)}, free swap {format_bytes(swap_free)}",
             "not computed: the checkpoint's size is unknown" + (f" ({model.error})" if model and model.error else ""),
             "point T4SERVE_MODEL at a readable checkpoint, or use an alias (qat, bf16) whose facts are built in",
         )
@@ -405,7 +416,7 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
 
 
 def _gib_ceil(n: int) -> int:
-    return max(1, math.ceil(n / 2**30))
+    return max(1, math.ceil(n / GIB))
 
 
 def disk_needs(facts: Facts, plan: Plan) -> dict[str, tuple[int, str]]:
@@ -428,9 +439,12 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
     """One finding per filesystem: the roles sharing it add up, and its free space counts once."""
     needs = disk_needs(facts, plan)
     by_fs: dict[int, list[DiskFacts]] = {}
-    for disk in facts.host.disks:
-        by_fs.setdefault(disk.filesystem_id, []).append(disk)
     findings = []
+    for disk in facts.host.disks:
+        if disk.filesystem_id is None or disk.free_bytes is None:
+            findings.append(unreadable_disk(disk))
+        else:
+            by_fs.setdefault(disk.filesystem_id, []).append(disk)
     for disks in by_fs.values():
         roles = ", ".join(f"{d.role} {d.path}" for d in disks)
         total = sum(needs.get(d.role, (0, ""))[0] for d in disks)
@@ -438,7 +452,7 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
             f"{d.role} {format_bytes(needs.get(d.role, (0, ''))[0])} ({needs.get(d.role, (0, 'unknown role'))[1]})"
             for d in disks
         )
-        free = disks[0].free_bytes
+        free = disks[0].free_bytes or 0
         found = f"{format_bytes(free)} free on {disks[0].measured_at} ({roles})"
         required = f"{format_bytes(total)} = {parts}" if len(disks) > 1 else f"{parts}"
         unwritable = [d for d in disks if not d.writable]
@@ -467,6 +481,17 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
         else:
             findings.append(Finding("disk", "ok", found, required, ""))
     return findings
+
+
+def unreadable_disk(disk: DiskFacts) -> Finding:
+    """The finding for a write path whose free space could not be measured (the probe recorded why)."""
+    return Finding(
+        "disk",
+        "fail",
+        f"cannot measure free disk for {disk.role}: {disk.unreadable or 'no reason recorded'}",
+        "a folder t4serve can stat on the filesystem that will hold it",
+        f"mount a readable volume at {disk.path}, or point the variable that sets it elsewhere",
+    )
 
 
 def check_model(facts: Facts, settings: Settings) -> Finding:

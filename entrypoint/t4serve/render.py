@@ -10,11 +10,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from t4serve.compilation import ladder_for
+from t4serve.derived import Derived
 from t4serve.errors import ConfigError
+from t4serve.plan import Plan
+from t4serve.settings import Settings
+from t4serve.sizing import Sizing
 from t4serve.supervise.state import Prediction, RunSpec
+from t4serve.units import GIB
 from t4serve.untrusted import Untrusted, check_text, printable
 
 # Seconds beyond vLLM's own drain for its engine to shut down before supervisord resorts to SIGKILL.
@@ -22,35 +26,33 @@ STOP_MARGIN_S = 30
 # vLLM must stay up this long to count as started; a quicker death is a failed start (BACKOFF, then FATAL).
 VLLM_STARTSECS = 10
 
-# Plan sizing attribute -> the figure name vLLM's log gives it (t4serve.supervise.logwatch).
-_PREDICTED = (
-    ("kv_tokens", "kv_tokens"),
-    ("concurrency", "max_concurrency"),
-    ("max_model_len", "max_model_len"),
-    ("gpu_weights_bytes", "model_memory_gib"),
-    ("kv_pool_bytes", "kv_cache_memory_gib"),
-)
-GIB = 1024**3
 
 
-def predictions(sizing: Any) -> dict[str, Prediction]:
-    """The sizing figures vLLM will also log, as predictions to compare against (none when sizing is absent)."""
+def predicted_figures(sizing: Sizing) -> dict[str, Derived]:
+    """The plan's sizing figures under the names vLLM's log gives them (t4serve.supervise.logwatch)."""
+    return {
+        "kv_tokens": sizing.kv_tokens,
+        "max_concurrency": sizing.concurrency,
+        "max_model_len": sizing.max_model_len,
+        "model_memory_gib": sizing.gpu_weights_bytes,
+        "kv_cache_memory_gib": sizing.kv_pool_bytes,
+    }
+
+
+def predictions(figures: dict[str, Derived] | None) -> dict[str, Prediction]:
+    """The sizing figures vLLM will also log, as predictions to compare against (none when sizing is absent).
+    Byte figures that vLLM logs in GiB are converted to GiB."""
     out: dict[str, Prediction] = {}
-    if sizing is None:
-        return out
-    for attr, name in _PREDICTED:
-        derived = getattr(sizing, attr, None)
-        value = getattr(derived, "value", None)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            unit, how = str(getattr(derived, "unit", "")), str(getattr(derived, "how", ""))
-            if name.endswith("_gib") and unit == "B":
-                value, unit = value / GIB, "GiB"
-            out[name] = Prediction(name, float(value), unit, how)
+    for name, derived in (figures or {}).items():
+        value, unit = float(derived.value), derived.unit
+        if name.endswith("_gib") and unit == "B":
+            value, unit = value / GIB, "GiB"
+        out[name] = Prediction(name, value, unit, derived.how)
     return out
 
 
-def run_spec(plan: Any, settings: Any) -> RunSpec:
-    """What the wrapper needs from a t4serve.plan.Plan and t4serve.settings.Settings (typed loosely: see module doc)."""
+def run_spec(plan: Plan, settings: Settings) -> RunSpec:
+    """What the wrapper needs from the plan and the settings."""
     return RunSpec(
         argv=list(plan.argv),
         env=dict(plan.env),
@@ -64,7 +66,7 @@ def run_spec(plan: Any, settings: Any) -> RunSpec:
         gpu_name=plan.gpu.name if plan.gpu is not None else None,
         hf_hub_cache=f"{settings.hf_home.rstrip('/')}/hub",
         cache_dir=settings.cache_dir,
-        predictions=predictions(plan.sizing),
+        predictions=predictions(None if plan.sizing is None else predicted_figures(plan.sizing)),
         compile_ladder=[[rung.name, *rung.flags] for rung in ladder_for(settings.compile, settings.vllm_args)],
     )
 

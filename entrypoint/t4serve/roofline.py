@@ -23,8 +23,7 @@ from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
 from t4serve.gpus import KnownGpu
 from t4serve.kvcache import kv_cache_specs
-
-GB = 1e9
+from t4serve.units import GB
 
 
 @dataclass(frozen=True)

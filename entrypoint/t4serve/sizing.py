@@ -15,9 +15,7 @@ from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.roofline import roofline
-
-GIB = 1024**3
-MIB = 1024**2
+from t4serve.units import GIB
 
 # vLLM's default --max-num-seqs for `vllm serve` on GPUs under 70 GiB (EngineArgs.get_batch_defaults) and the cap here.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256

@@ -1,7 +1,8 @@
 """GPU telemetry through NVML: power vs limit, clocks vs max, utilisation, memory, temperature, throttle reasons.
 
 `read_samples(nvml)` reads every visible GPU once; `render_prometheus(samples)` and `log_line(sample)` are pure.
-`serve_metrics(...)` serves /metrics on its own port and logs one line a minute. Without NVML (no driver, no GPU)
+prometheus_client writes the exposition (metric types, label escaping) and serves it: `run(...)` serves /metrics on
+its own port and logs one line a minute. Without NVML (no driver, no GPU)
 `main` says so once and returns 0, so supervisord (exitcodes=0, autorestart=unexpected) leaves it stopped.
 """
 
@@ -9,37 +10,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+import wsgiref.simple_server
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, TextIO
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.types import StartResponse, WSGIEnvironment
 
-# NVML's clocks-event (throttle) reason bits (nvml.h nvmlClocksEventReason*), named as nvidia-smi names them.
-THROTTLE_REASONS: tuple[tuple[int, str, str], ...] = (
-    (0x0001, "gpu_idle", "GPU idle"),
-    (0x0002, "applications_clocks_setting", "applications clocks setting"),
-    (0x0004, "sw_power_cap", "SW power cap"),
-    (0x0008, "hw_slowdown", "HW slowdown"),
-    (0x0010, "sync_boost", "sync boost"),
-    (0x0020, "sw_thermal_slowdown", "SW thermal slowdown"),
-    (0x0040, "hw_thermal_slowdown", "HW thermal slowdown"),
-    (0x0080, "hw_power_brake_slowdown", "HW power brake slowdown"),
-    (0x0100, "display_clock_setting", "display clock setting"),
-)
+from prometheus_client import generate_latest, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from t4serve.gpus import THROTTLE_REASONS, clocks_event_reasons_query, decode_throttle_reasons, throttle_labels
+from t4serve.units import GIB
+
 LOG_EVERY_S = 60.0
-
-
-def decode_throttle_reasons(mask: int) -> list[str]:
-    """The reason keys set in an NVML clocks-event mask; unknown bits are named by their value."""
-    names = [key for bit, key, _label in THROTTLE_REASONS if mask & bit]
-    known = 0
-    for bit, _key, _label in THROTTLE_REASONS:
-        known |= bit
-    unknown = mask & ~known
-    if unknown:
-        names.append(f"unknown_0x{unknown:x}")
-    return names
 
 
 @dataclass(frozen=True)
@@ -74,10 +61,7 @@ def _text(value: Any) -> str:
 
 
 def read_samples(nvml: ModuleType) -> list[GpuSample]:
-    # The "ClocksEvent" name replaced "ClocksThrottle" in newer NVML; older bindings only have the old one.
-    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    if reasons_fn is None:
-        reasons_fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    reasons_fn = clocks_event_reasons_query(nvml)
     samples = []
     for i in range(nvml.nvmlDeviceGetCount()):
         h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -128,39 +112,58 @@ _GAUGES: tuple[tuple[str, str, str, float], ...] = (
 )
 
 
-def _labels(s: GpuSample, **extra: str) -> str:
-    pairs = {"gpu": str(s.index), "name": s.name, "uuid": s.uuid, **extra}
-    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in pairs.items()) + "}"
+# Every series carries these labels, in this order; the clocks-event series add `reason`.
+LABELS = ("gpu", "name", "uuid")
 
 
-def _escape_label(value: str) -> str:
-    """Prometheus label values escape backslash, double quote and newline."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _label_values(s: GpuSample) -> list[str]:
+    return [str(s.index), s.name, s.uuid]
 
 
-def _number(value: float) -> str:
-    return f"{value:.6g}" if not float(value).is_integer() else str(int(value))
-
-
-def render_prometheus(samples: list[GpuSample]) -> str:
-    """Prometheus text exposition format 0.0.4; absent readings are left out rather than reported as 0."""
-    lines = []
+def metric_families(samples: list[GpuSample]) -> list[Metric]:
+    """The gauges of the samples; absent readings are left out rather than reported as 0."""
+    families: list[Metric] = []
     for metric, help_text, attr, scale in _GAUGES:
-        lines.append(f"# HELP {metric} {help_text}")
-        lines.append(f"# TYPE {metric} gauge")
+        family = GaugeMetricFamily(metric, help_text, labels=LABELS)
         for s in samples:
             value = getattr(s, attr)
             if value is not None:
-                lines.append(f"{metric}{_labels(s)} {_number(value * scale)}")
-    lines.append("# HELP t4serve_gpu_clocks_event_reason Why the clocks are held below max (NVML clocks event reasons)")
-    lines.append("# TYPE t4serve_gpu_clocks_event_reason gauge")
+                family.add_metric(_label_values(s), value * scale)
+        families.append(family)
+    reasons = GaugeMetricFamily(
+        "t4serve_gpu_clocks_event_reason",
+        "Why the clocks are held below max (NVML clocks event reasons)",
+        labels=[*LABELS, "reason"],
+    )
     for s in samples:
         if s.throttle_mask is None:
             continue
         active = set(decode_throttle_reasons(s.throttle_mask))
         for _bit, key, _label in THROTTLE_REASONS:
-            lines.append(f"t4serve_gpu_clocks_event_reason{_labels(s, reason=key)} {1 if key in active else 0}")
-    return "\n".join(lines) + "\n"
+            reasons.add_metric([*_label_values(s), key], 1 if key in active else 0)
+    families.append(reasons)
+    return families
+
+
+class _Samples(Collector):
+    """A collector over fixed samples, or over a Sampler read at every scrape."""
+
+    def __init__(self, read: Callable[[], list[GpuSample]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterable[Metric]:
+        return metric_families(self.read())
+
+
+def _registry(read: Callable[[], list[GpuSample]]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Samples(read))
+    return registry
+
+
+def render_prometheus(samples: list[GpuSample]) -> str:
+    """Prometheus text exposition format 0.0.4, written by prometheus_client."""
+    return generate_latest(_registry(lambda: samples)).decode()
 
 
 def _pct(value: float | None, limit: float | None) -> str:
@@ -173,15 +176,9 @@ def log_line(s: GpuSample) -> str:
     def show(v: float | None, fmt: str) -> str:
         return "?" if v is None else format(v, fmt)
 
-    labels = {key: label for _bit, key, label in THROTTLE_REASONS}
-    reasons = (
-        "?"
-        if s.throttle_mask is None
-        else ", ".join(labels.get(r, r) for r in decode_throttle_reasons(s.throttle_mask)) or "none"
-    )
-    gib = 1024**3
-    used = None if s.memory_used_bytes is None else s.memory_used_bytes / gib
-    total = None if s.memory_total_bytes is None else s.memory_total_bytes / gib
+    reasons = "?" if s.throttle_mask is None else ", ".join(throttle_labels(s.throttle_mask)) or "none"
+    used = None if s.memory_used_bytes is None else s.memory_used_bytes / GIB
+    total = None if s.memory_total_bytes is None else s.memory_total_bytes / GIB
     return (
         f"gpu{s.index} {s.name}: power {show(s.power_w, '.1f')}/{show(s.power_limit_w, '.0f')} W"
         f"{_pct(s.power_w, s.power_limit_w)}, SM {show(s.sm_clock_mhz, 'd')}/{show(s.sm_clock_max_mhz, 'd')} MHz"
@@ -204,24 +201,25 @@ class Sampler:
             return read_samples(self.nvml)
 
 
-def make_server(sampler: Sampler, host: str, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404, "only /metrics is served here")
-                return
-            body = render_prometheus(sampler.sample()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        # Prometheus scrapes every few seconds; logging each would drown vLLM's log.
+        return
 
-        def log_message(self, format: str, *args: Any) -> None:
-            # Prometheus scrapes every few seconds; logging each would drown vLLM's log.
-            return
 
-    return ThreadingHTTPServer((host, port), Handler)
+def make_server(sampler: Sampler, host: str, port: int) -> WSGIServer:
+    """/metrics from prometheus_client's WSGI app over a registry that reads NVML at scrape time; any other path
+    is a 404. Threaded, so a slow scrape does not hold the next."""
+    metrics = make_wsgi_app(_registry(sampler.sample))
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"only /metrics is served here\n"]
+        result: Iterable[bytes] = metrics(environ, start_response)
+        return result
+
+    return wsgiref.simple_server.make_server(host, port, app, ThreadingWSGIServer, _QuietHandler)
 
 
 def load_nvml() -> tuple[ModuleType | None, str | None]:

@@ -30,7 +30,7 @@ from hardening import (
 from t4serve.bench.runner import served_model_name
 from t4serve.checkpoint import probe_model
 from t4serve.commands import serve
-from t4serve.errors import ConfigError, PreflightError
+from t4serve.errors import BenchError, ConfigError
 from t4serve.render import conf_value
 from t4serve.settings import Settings
 from t4serve.supervise.canary import run_canary
@@ -90,7 +90,7 @@ def test_3_clients_never_follow_a_redirect_with_the_key(tmp_path: Path) -> None:
         env = {**base_environ(tmp_path), "T4SERVE_API_KEY": SENTINEL}
         outcome = _check(run_cli(["healthcheck"], env), {1}, "healthcheck redirect")
         assert "redirect" in outcome.err and "not followed" in outcome.err
-        with pytest.raises(PreflightError, match="not followed"):
+        with pytest.raises(BenchError, match="not followed"):
             served_model_name(f"http://127.0.0.1:{server.port}", timeout=2, api_key=SENTINEL)
         record_ = run_canary(f"http://127.0.0.1:{server.port}", "m", None, api_key=SENTINEL, timeout=2)
         assert not record_.ok and "HTTP 302" in (record_.reason or "")

@@ -84,6 +84,18 @@ def test_docker_disk_counts_the_image_only_when_absent(engine: FakeEngine) -> No
     assert short.level == "fail" and "docker system df" in short.fix and "free " in short.fix
 
 
+def test_docker_disk_that_could_not_be_measured_fails_with_the_reason(engine: FakeEngine) -> None:
+    s = settings()
+    facts = host_facts(s, {}, engine, info=engine.info(), image=engine.image(), nvml=FakeNvml([FakeDevice()]))
+    unread = dataclasses.replace(facts.host.disks[0], free_bytes=None, total_bytes=None, filesystem_id=None,
+                                 unreadable="/var/lib/docker (measured at /var/lib/docker): Permission denied")
+    unread_facts = dataclasses.replace(facts, host=dataclasses.replace(facts.host, disks=[unread]))
+    finding = check_docker_disk(unread_facts, None, s)
+    disk_path = facts.host.disks[0].path
+    assert (finding.check, finding.level) == ("docker-disk", "fail")
+    assert "Permission denied" in finding.found and "image" in finding.required and disk_path in finding.fix
+
+
 def test_image_manifest_read_from_the_image_or_says_why_not(engine: FakeEngine) -> None:
     manifest = image_manifest(engine, engine.image())
     assert manifest.present and manifest.torch_arch_list == MANIFEST.torch_arch_list

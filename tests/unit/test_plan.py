@@ -217,3 +217,25 @@ def test_max_num_batched_tokens_is_owned_by_the_plan_and_moves_its_kv_figures() 
     # Sliding-window groups hold 2 x batched tokens in flight: more per request, fewer tokens from the pool.
     assert bigger.sizing.kv_tokens.value < default.sizing.kv_tokens.value
     assert bigger.sizing.max_num_batched_tokens.source == "setting"
+
+
+def test_with_flags_of_keeps_the_checkpoint_and_name_and_takes_the_reference_flags() -> None:
+    from t4serve.plan import with_flags_of
+
+    reference = plan_for(t4(), T4SERVE_MODEL="qat")
+    other = plan_for(t4(), T4SERVE_MODEL="bf16", T4SERVE_VLLM_ARGS="--seed 7")
+    shared, note = with_flags_of(other, reference, "qat")
+    assert shared.argv[:5] == (*other.argv[:3], "--served-model-name", other.served_model_name)
+    assert "--seed" not in shared.argv and shared.argv[5:] == tuple(
+        a for a in reference.argv[3:] if a not in ("--served-model-name", reference.served_model_name)
+    )
+    assert note is not None and "--seed 7" in note and "it ran with qat's flags" in note
+    same, none = with_flags_of(reference, reference, "qat")
+    assert none is None and same.argv[5:] == shared.argv[5:] and same.model == reference.model
+
+
+def test_without_option_drops_both_spellings() -> None:
+    from t4serve.plan import without_option
+
+    argv = ["--a", "1", "--served-model-name", "x", "--b", "--served-model-name=y", "--served-model-names", "z"]
+    assert without_option(argv, "--served-model-name") == ("--a", "1", "--b", "--served-model-names", "z")

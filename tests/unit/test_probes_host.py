@@ -6,11 +6,14 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sample_facts import no_gpu
 
 from t4serve.errors import PreflightError
+from t4serve.preflight import check_disks, check_host_memory, has_failures
 from t4serve.probes.host import (
     CgroupLimits,
     Mount,
@@ -28,6 +31,7 @@ from t4serve.probes.host import (
     read_meminfo,
     read_mountinfo,
 )
+from t4serve.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "probes"
 GIB = 2**30
@@ -46,7 +50,8 @@ def cgroup_of(name: str) -> CgroupLimits:
 
 
 def test_meminfo_is_read_in_bytes() -> None:
-    values = read_meminfo(scenario("cgroup-v2-container")[0])
+    values, unreadable = read_meminfo(scenario("cgroup-v2-container")[0])
+    assert unreadable is None
     assert values["MemTotal"] == 8178892 * 1024
     assert values["MemAvailable"] == 7654604 * 1024
     assert values["SwapTotal"] == 16777212 * 1024
@@ -54,18 +59,27 @@ def test_meminfo_is_read_in_bytes() -> None:
     assert values["HugePages_Total"] == 0  # unit-less counts stay counts
 
 
-def test_meminfo_missing_is_a_preflight_error_naming_the_file(tmp_path: Path) -> None:
-    with pytest.raises(PreflightError) as caught:
-        read_meminfo(str(tmp_path))
-    assert caught.value.found is not None and str(tmp_path / "meminfo") in caught.value.found
-    assert caught.value.exit_code == 3
+def test_meminfo_missing_is_recorded_naming_the_file_and_preflight_fails_on_it(tmp_path: Path) -> None:
+    values, unreadable = read_meminfo(str(tmp_path))
+    assert values == {} and unreadable is not None and str(tmp_path / "meminfo") in unreadable
+    host = probe_host(disk_paths={}, ports=[], proc_root=str(tmp_path), affinity=[0])
+    assert host.mem_total_bytes is None and host.swap_free_bytes is None
+    assert host.meminfo_unreadable == unreadable
+    finding = check_host_memory(replace(no_gpu(), host=host), Settings.from_environ({}))
+    assert finding.level == "fail" and str(tmp_path / "meminfo") in finding.found
+    assert "/proc/meminfo" in finding.required and "MemAvailable" in finding.required and finding.fix
+    # A failed finding is what makes `preflight` and `serve` exit 3.
+    assert has_failures([finding]) and PreflightError.exit_code == 3
 
 
 def test_meminfo_without_memavailable_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "meminfo").write_text("MemTotal: 1000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n")
-    with pytest.raises(PreflightError) as caught:
-        read_meminfo(str(tmp_path))
-    assert caught.value.found is not None and caught.value.found.endswith("has no MemAvailable")
+    values, unreadable = read_meminfo(str(tmp_path))
+    assert unreadable is not None and unreadable.endswith("has no MemAvailable")
+    assert values["MemTotal"] == 1000 * 1024
+    host = probe_host(disk_paths={}, ports=[], proc_root=str(tmp_path), affinity=[0])
+    assert host.mem_total_bytes == 1000 * 1024 and host.mem_available_bytes is None
+    assert host.meminfo_unreadable is not None and host.meminfo_unreadable.endswith("has no MemAvailable")
 
 
 def test_parse_meminfo_skips_lines_that_are_not_figures() -> None:
@@ -255,6 +269,30 @@ def test_disk_is_measured_where_the_write_lands(tmp_path: Path) -> None:
     assert disk.filesystem_id == os.stat(tmp_path).st_dev
     assert disk.writable is True
     assert disk.fs_type is None  # no mountinfo given
+
+
+def test_a_disk_statvfs_refuses_is_recorded_and_preflight_fails_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(path: str) -> os.statvfs_result:
+        """Stands for a filesystem that refuses statvfs (a stale NFS handle, a FUSE mount without permission)."""
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "statvfs", refused)
+    disk = probe_disk("hf_cache", str(tmp_path / "hub"), [])
+    assert (disk.free_bytes, disk.total_bytes, disk.filesystem_id, disk.writable) == (None, None, None, False)
+    assert disk.unreadable == f"{tmp_path / 'hub'} (measured at {tmp_path}): Permission denied"
+    monkeypatch.undo()
+    facts = no_gpu()
+    facts = replace(facts, host=replace(facts.host, disks=[disk, *facts.host.disks]))
+    from t4serve.plan import plan
+
+    settings = Settings.from_environ({})
+    findings = check_disks(facts, plan(settings, facts))
+    failed = [f for f in findings if f.level == "fail" and "hf_cache" in f.found]
+    assert len(failed) == 1 and "Permission denied" in failed[0].found
+    assert failed[0].required and str(tmp_path / "hub") in failed[0].fix
+    assert len(findings) == 1 + len({d.filesystem_id for d in no_gpu().host.disks})
 
 
 def test_two_roles_on_one_filesystem_share_its_id(tmp_path: Path) -> None:

@@ -6,10 +6,22 @@ import configparser
 import os
 import shlex
 from pathlib import Path
-from types import SimpleNamespace
+
+from sample_facts import t4
 
 from t4serve.derived import Derived
-from t4serve.render import STOP_MARGIN_S, SupervisorInputs, conf_value, predictions, render_supervisord_conf, run_spec
+from t4serve.pipeline import ensure_model
+from t4serve.plan import plan as make_plan
+from t4serve.render import (
+    STOP_MARGIN_S,
+    SupervisorInputs,
+    conf_value,
+    predicted_figures,
+    predictions,
+    render_supervisord_conf,
+    run_spec,
+)
+from t4serve.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden" / "supervisord.conf"
 
@@ -67,31 +79,28 @@ def test_telemetry_port_zero_drops_the_program() -> None:
 
 
 def test_run_spec_from_plan_carries_no_token_and_predictions() -> None:
-    sizing = SimpleNamespace(
-        kv_tokens=Derived(315_974, "tokens", "2.832 GiB pool / 98,304 B per block x 32 tokens"),
-        concurrency=Derived(19.29, "x", "315,974 / 16,384"),
-        max_model_len=Derived(16384, "tokens", "setting", "setting"),
-    )
-    plan = SimpleNamespace(
-        argv=("vllm", "serve", "google/gemma-4-E2B-it", "--dtype", "float16"),
-        env={"VLLM_NO_USAGE_STATS": "1"},
-        model="google/gemma-4-E2B-it",
-        served_model_name="gemma",
-        host="0.0.0.0",
-        port=8000,
-        dtype="float16",
-        gpu=SimpleNamespace(name="Tesla T4"),
-        sizing=sizing,
-    )
-    settings = SimpleNamespace(shutdown_timeout=30, canary=True, hf_home="/cache/huggingface/", cache_dir="/cache/t",
-                               compile="auto", vllm_args=())
+    settings = Settings.from_environ({"HF_HOME": "/cache/huggingface/", "T4SERVE_CACHE_DIR": "/cache/t",
+                                      "HF_TOKEN": "hf_rendertokennotreal", "T4SERVE_MODEL": "bf16"})  # fmt: skip
+    plan = make_plan(settings, ensure_model(settings, t4()))
     spec = run_spec(plan, settings)
     assert [rung[0] for rung in spec.compile_ladder] == ["full", "lean", "o1", "eager"]
     assert spec.compile_ladder[0] == ["full"] and spec.compile_ladder[-1] == ["eager", "--enforce-eager"]
-    assert spec.argv[:2] == ["vllm", "serve"]
+    assert spec.argv[:2] == ["vllm", "serve"] and spec.argv == list(plan.argv)
     assert spec.hf_hub_cache == "/cache/huggingface/hub"
     assert spec.gpu_name == "Tesla T4"
-    assert set(spec.predictions) == {"kv_tokens", "max_concurrency", "max_model_len"}
-    assert spec.predictions["max_concurrency"].value == 19.29
-    assert "HF_TOKEN" not in spec.env
+    assert plan.sizing is not None
+    assert set(spec.predictions) == {"kv_tokens", "max_concurrency", "max_model_len", "model_memory_gib",
+                                     "kv_cache_memory_gib"}  # fmt: skip
+    assert spec.predictions["max_concurrency"].value == plan.sizing.concurrency.value
+    assert spec.predictions["model_memory_gib"].unit == "GiB"
+    assert spec.predictions["model_memory_gib"].value == plan.sizing.gpu_weights_bytes.value / 2**30
+    assert "HF_TOKEN" not in spec.env and "hf_rendertokennotreal" not in repr(spec)
+    figures = {
+        "kv_tokens": Derived(315_974, "tokens", "2.832 GiB pool / 98,304 B per block x 32 tokens"),
+        "max_concurrency": Derived(19.29, "x", "315,974 / 16,384"),
+        "max_model_len": Derived(16384, "tokens", "setting", "setting"),
+    }
+    assert set(predictions(figures)) == {"kv_tokens", "max_concurrency", "max_model_len"}
+    assert predictions(figures)["max_concurrency"].value == 19.29
+    assert set(predicted_figures(plan.sizing)) == set(spec.predictions)
     assert predictions(None) == {}

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from t4serve import telemetry
 from t4serve.telemetry import GpuSample, decode_throttle_reasons, log_line, read_samples, render_prometheus
@@ -99,24 +100,42 @@ def test_unsupported_query_is_absent_not_zero() -> None:
     assert "power ?/70 W" in log_line(s)
 
 
+def series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The exposition's samples as Prometheus reads them: (name, labels) -> value (label order and the spelling of
+    numbers, 1590 or 1590.0, are the writer's; prometheus_client writes floats as Go does and sorts label names)."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_prometheus_text() -> None:
     [s] = read_samples(RecordedNvml())  # type: ignore[arg-type]
     text = render_prometheus([s])
-    labels = 'gpu="0",name="Tesla T4",uuid="GPU-0e5f8a2c-recorded"'
-    assert f"t4serve_gpu_power_watts{{{labels}}} 69.48\n" in text
-    assert f"t4serve_gpu_sm_clock_max_mhz{{{labels}}} 1590\n" in text
-    assert f"t4serve_gpu_utilization_ratio{{{labels}}} 1\n" in text
-    assert f"t4serve_gpu_memory_used_bytes{{{labels}}} {14_280 * 2**20}\n" in text
-    assert f't4serve_gpu_clocks_event_reason{{{labels},reason="sw_power_cap"}} 1\n' in text
-    assert f't4serve_gpu_clocks_event_reason{{{labels},reason="hw_slowdown"}} 0\n' in text
+    got = series(text)
+    labels = {("gpu", "0"), ("name", "Tesla T4"), ("uuid", "GPU-0e5f8a2c-recorded")}
+    assert got[("t4serve_gpu_power_watts", frozenset(labels))] == 69.48
+    assert got[("t4serve_gpu_sm_clock_max_mhz", frozenset(labels))] == 1590
+    assert got[("t4serve_gpu_utilization_ratio", frozenset(labels))] == 1
+    assert got[("t4serve_gpu_memory_used_bytes", frozenset(labels))] == 14_280 * 2**20
+    assert got[("t4serve_gpu_clocks_event_reason", frozenset({*labels, ("reason", "sw_power_cap")}))] == 1
+    assert got[("t4serve_gpu_clocks_event_reason", frozenset({*labels, ("reason", "hw_slowdown")}))] == 0
     assert "# TYPE t4serve_gpu_temperature_celsius gauge" in text
     for line in text.splitlines():
         assert line.startswith("#") or len(line.rsplit(" ", 1)) == 2
+    # Every gauge of the table, and one clocks-event series per known reason, nothing else.
+    names = {name for name, _labels in got}
+    assert names == {metric for metric, _help, _attr, _scale in telemetry._GAUGES} | {"t4serve_gpu_clocks_event_reason"}
+    assert sum(name == "t4serve_gpu_clocks_event_reason" for name, _labels in got) == 9
 
 
 def test_label_values_are_escaped() -> None:
     s = GpuSample(0, 'odd "name"\\x', "u", 1.5, *([None] * 11))
-    assert 't4serve_gpu_power_watts{gpu="0",name="odd \\"name\\"\\\\x",uuid="u"} 1.5' in render_prometheus([s])
+    text = render_prometheus([s])
+    assert 't4serve_gpu_power_watts{gpu="0",name="odd \\"name\\"\\\\x",uuid="u"} 1.5' in text
+    labels = frozenset({("gpu", "0"), ("name", 'odd "name"\\x'), ("uuid", "u")})
+    assert series(text) == {("t4serve_gpu_power_watts", labels): 1.5}
 
 
 def test_log_line_reads_like_the_write_up() -> None:
@@ -138,7 +157,8 @@ def test_metrics_endpoint_and_log_lines() -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             body = response.read().decode()
             assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        assert 'reason="sw_power_cap"} 1' in body
+        assert series(body)[("t4serve_gpu_clocks_event_reason", frozenset({("gpu", "0"), ("name", "Tesla T4"),
+                            ("uuid", "GPU-0e5f8a2c-recorded"), ("reason", "sw_power_cap")}))] == 1  # fmt: skip
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
     finally:

@@ -37,9 +37,10 @@ from t4serve.bench.results import (
     write_runs,
 )
 from t4serve.bench.telemetry import Sampler
-from t4serve.errors import ConfigError, PreflightError, T4ServeError
-from t4serve.httpclient import HttpFailure, fetch
+from t4serve.errors import BenchError, ConfigError, T4ServeError
+from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.secrets import Secret, client_api_key, secret_environment
+from t4serve.units import fmt_duration
 
 LOG_TAIL_LINES = 15
 
@@ -204,13 +205,13 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
             if isinstance(first, str) and first:
                 return first
     except HttpFailure as exc:
-        raise PreflightError(
+        raise BenchError(
             f"the server at {url} does not list a model", found=f"GET {url}/v1/models: {exc.reason}", **not_listing
         ) from None
     except (LookupError, TypeError):
         pass
     if answer.status == 401:
-        raise PreflightError(
+        raise BenchError(
             f"the server at {url} wants an API key {'other than the one given' if api_key else 'and none was given'}",
             found=f"GET {url}/v1/models: HTTP 401 Unauthorized",
             required="the server's key",
@@ -220,15 +221,15 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
     found = f"GET {url}/v1/models: HTTP {answer.status}{moved}" + (
         f": {answer.text(200)}" if answer.status == 200 else ""
     )
-    raise PreflightError(f"the server at {url} does not list a model", found=found, **not_listing)
+    raise BenchError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    """Until /health answers 200; the server exiting or the timeout is a PreflightError with its log's tail."""
+    """Until /health answers 200; the server exiting or the timeout is a BenchError with its log's tail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise PreflightError(
+            raise BenchError(
                 f"the vLLM server exited with code {proc.returncode} before it was ready",
                 found=f"last lines of {log}:\n{tail(log)}",
                 required="a server that loads and answers /health",
@@ -238,7 +239,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Pat
             if fetch("GET", f"{url}/health", deadline_s=5.0).status == 200:
                 return
         time.sleep(1.0)
-    raise PreflightError(
+    raise BenchError(
         f"the vLLM server was not ready within {timeout:.0f} s",
         found=f"last lines of {log}:\n{tail(log)}",
         required="/health answering 200",
@@ -259,49 +260,31 @@ class PlannedServer:
 
 
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
-    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs)."""
+    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs):
+    `t4serve.plan.with_flags_of` makes that argv; bench runs it as given."""
     from t4serve.pipeline import gather_facts, prepare
+    from t4serve.plan import Plan, with_flags_of
     from t4serve.settings import Settings
 
     servers: dict[str, PlannedServer] = {}
     notes: list[str] = []
-    reference: list[str] | None = None
+    reference: Plan | None = None
     for model in models:
         settings = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model})
         plan, _findings = prepare(settings, gather_facts(settings, environ))
-        # The flags after `vllm serve MODEL`, less the model's own name: those are what must be identical.
-        flags = _without_option(list(plan.argv[3:]), "--served-model-name")
-        if reference is None:
-            reference = flags
-        elif flags != reference:
-            notes.append(
-                f"{model}: its own plan's flags differ ({shlex.join(flags)}); it ran with {models[0]}'s flags "
-                "so that only the checkpoint differs"
-            )
-        host = "127.0.0.1" if plan.host in ("0.0.0.0", "::", "") else plan.host
+        reference = reference or plan
+        plan, note = with_flags_of(plan, reference, models[0])
+        if note is not None:
+            notes.append(f"{model}: {note}")
         servers[model] = PlannedServer(
-            argv=[*plan.argv[:3], "--served-model-name", plan.served_model_name, *reference],
+            argv=list(plan.argv),
             env=dict(plan.env),
-            url=f"http://{host}:{plan.port}",
+            url=local_url(plan.host, plan.port),
             tokenizer=plan.model,
             api_key=settings.api_key,
             hf_token=settings.hf_token,
         )
     return servers, notes
-
-
-def _without_option(argv: list[str], option: str) -> list[str]:
-    """`argv` less `option VALUE` and `option=VALUE`."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            kept.append(arg)
-    return kept
 
 
 def server_environment(server: PlannedServer, environ: Mapping[str, str]) -> dict[str, str]:
@@ -392,14 +375,10 @@ class Progress:
         filled = width * self.done // self.total
         bar = "#" * filled + "." * (width - filled)
         self.stream.write(
-            f"[{bar}] {self.done}/{self.total} {label}: {outcome}  elapsed {_clock(elapsed)}, ETA {_clock(eta)}\n"
+            f"[{bar}] {self.done}/{self.total} {label}: {outcome}  "
+            f"elapsed {fmt_duration(elapsed)}, ETA {fmt_duration(eta)}\n"
         )
         self.stream.flush()
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stream: IO[str] | None = None) -> RunsFile:

@@ -11,23 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from t4serve.bench.results import Telemetry
-
-# NVML's clocks-event (throttle) reason bits, named as nvidia-smi names them.
-THROTTLE_REASONS = {
-    0x1: "GPU idle",
-    0x2: "applications clocks setting",
-    0x4: "SW power cap",
-    0x8: "HW slowdown",
-    0x10: "sync boost",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake slowdown",
-    0x100: "display clock setting",
-}
-
-
-def decode_throttle(mask: int) -> list[str]:
-    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+from t4serve.gpus import clocks_event_reasons_query, throttle_labels
 
 
 class Sampler:
@@ -69,7 +53,7 @@ class Sampler:
             try:
                 self._power.append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000)
                 self._clock.append(float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
-                self._reasons.update(decode_throttle(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)))
+                self._reasons.update(throttle_labels(clocks_event_reasons_query(nvml)(handle)))
             except Exception as exc:  # a GPU lost mid-run: keep what was sampled, say why it stopped
                 self._error = f"NVML sampling stopped: {type(exc).__name__}: {exc}"
                 return

@@ -1,5 +1,6 @@
 """`t4serve bench`: run the T4 sweep with vLLM's `vllm bench serve` and write tables, plots and raw JSON;
 `t4serve bench compare A B`: two result folders side by side. Output is a folder; progress goes to stderr.
+Exit 0 when every run measured, 1 when some failed, 6 (BenchError) when none did; the folder is written in each case.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from t4serve.errors import ConfigError
+from t4serve.errors import BenchError, ConfigError
 from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
 
 # Seconds a server may take to load or a run may last: a week is beyond any sweep.
@@ -187,6 +188,15 @@ def command(
         ctx.exit(128 + exc.signum)
     click.echo((opts.output / "report.md").read_text(encoding="utf-8"))
     failed = sum(1 for r in runs_file.runs if r.figures is None or r.figures.completed == 0)
+    if runs_file.runs and failed == len(runs_file.runs):
+        first = next((r.error for r in runs_file.runs if r.error), "no run produced figures")
+        raise BenchError(
+            f"t4serve bench measured nothing: all {failed} runs failed",
+            found=f"first failure: {first}",
+            required="a server that answers and a `vllm bench serve` that writes its result, for at least one run",
+            fix=f"read {opts.output / 'report.md'} and the logs in {opts.output / 'raw'}; `t4serve preflight` names "
+            "most causes of a server that never became ready",
+        )
     if failed:
         click.echo(f"t4serve bench: {failed} of {len(runs_file.runs)} runs failed (see report.md)", err=True)
         ctx.exit(1)

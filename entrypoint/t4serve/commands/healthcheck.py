@@ -20,46 +20,16 @@ from typing import Any
 import click
 
 from t4serve.errors import ConfigError, T4ServeError
-from t4serve.httpclient import Answer, HttpFailure, fetch
+from t4serve.httpclient import Answer, HttpFailure, fetch, local_url
 from t4serve.secrets import client_api_key
-from t4serve.settings import VARIABLES_BY_NAME
-from t4serve.supervise import history
-from t4serve.supervise.run_vllm import local_url
+from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
+from t4serve.units import fmt_duration
 from t4serve.untrusted import Untrusted, parse_float
 
 # The whole check (state file, /health, /v1/models) ends within this many seconds; Docker's own timeout is 10 s.
 DEADLINE_S = 6.0
 MAX_DEADLINE_S = 600.0
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get("T4SERVE_STATE_DIR") or VARIABLES_BY_NAME["T4SERVE_STATE_DIR"].default or "")
-
-
-# The one --state-dir option of the commands that read the server's state (healthcheck, status).
-state_dir_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="State folder (default: T4SERVE_STATE_DIR, else /tmp/t4serve).",
-)
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-
-
-def time_to_ready(state: ServeState, now: float) -> float | None:
-    if state.estimate_seconds is None:
-        return None
-    est = history.Estimate(state.estimate_seconds, dict(state.estimate_phases), 0)
-    return history.remaining(est, state.phase, now - state.phase_began_at(), now - state.attempt_started_at)
 
 
 def loading_line(state: ServeState, now: float) -> str:

@@ -16,6 +16,10 @@ from t4serve.pipeline import gather_facts
 from t4serve.settings import Settings
 
 
+def _size(n: int | None) -> str:
+    return "?" if n is None else format_bytes(n)
+
+
 def describe_facts(facts: Facts) -> str:
     """A human summary of the facts, one topic per line; `--json` is the complete record."""
     lines = [f"recorded {facts.recorded_at} on {facts.hostname} ({facts.provenance})"]
@@ -39,16 +43,20 @@ def describe_facts(facts: Facts) -> str:
         else ""
     )
     lines.append(
-        f"host:     {host.cpu_count} CPUs, RAM {format_bytes(host.mem_total_bytes)} "
-        f"({format_bytes(host.mem_available_bytes)} available), swap {format_bytes(host.swap_total_bytes)} "
-        f"({format_bytes(host.swap_free_bytes)} free){cgroup}"
+        f"host:     {host.cpu_count} CPUs, RAM {_size(host.mem_total_bytes)} "
+        f"({_size(host.mem_available_bytes)} available), swap {_size(host.swap_total_bytes)} "
+        f"({_size(host.swap_free_bytes)} free){cgroup}"
+        + (f"; memory unreadable: {host.meminfo_unreadable}" if host.meminfo_unreadable else "")
     )
     shm = format_bytes(host.shm_total_bytes) if host.shm_total_bytes is not None else "unreadable"
     lines.append(f"/dev/shm: {shm}")
     for disk in host.disks:
+        if disk.unreadable is not None:
+            lines.append(f"disk:     {disk.role} {disk.path}: unreadable: {disk.unreadable}")
+            continue
         lines.append(
-            f"disk:     {disk.role} {disk.path}: {format_bytes(disk.free_bytes)} free of "
-            f"{format_bytes(disk.total_bytes)} at {disk.measured_at}{'' if disk.writable else ' (not writable)'}"
+            f"disk:     {disk.role} {disk.path}: {_size(disk.free_bytes)} free of "
+            f"{_size(disk.total_bytes)} at {disk.measured_at}{'' if disk.writable else ' (not writable)'}"
         )
     if host.ports_in_use:
         lines.append("ports in use: " + ", ".join(str(p) for p in host.ports_in_use))

@@ -20,8 +20,6 @@ from t4serve.roofline import roofline
 from t4serve.serde import to_dict
 from t4serve.settings import Settings
 
-GB = 1e9
-
 
 @click.command("roofline")
 @click.argument("model", required=False)

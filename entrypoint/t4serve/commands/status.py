@@ -10,11 +10,12 @@ from pathlib import Path
 import click
 
 from t4serve.checkpoint import builtin_facts
-from t4serve.commands.healthcheck import default_state_dir, fmt_duration, state_dir_option, time_to_ready
 from t4serve.serde import to_dict
 from t4serve.supervise.logwatch import compare, format_comparison
+from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
+from t4serve.units import fmt_duration
 
 
 def cold_budget_note(model: str) -> str:

@@ -1,7 +1,8 @@
 """The host probe: RAM and swap, the container's cgroup limits, /dev/shm, free disk per write path, CPUs, busy ports.
 
 Every input is explicit (the /proc and /sys roots, the paths, the ports) so tests can point the probe at sample files.
-It records what it finds and how it found it; what is enough is the preflight's question.
+It records what it finds and how it found it, and what it could not read and why (an unreadable /proc/meminfo, a
+folder statvfs refuses): what is enough, and whether an unreadable figure stops the start, is the preflight's question.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4serve.errors import PreflightError
 from t4serve.facts import ADDRESS_IN_USE, DiskFacts, HostFacts
 
 # cgroup v1 has no "max": an unlimited memory.limit_in_bytes reads as LONG_MAX rounded down to the page size
@@ -60,7 +60,7 @@ def probe_host(
     affinity: Collection[int] | None = None,
 ) -> HostFacts:
     """Everything about the host that planning and preflight use. `affinity=None` reads this process's CPU mask."""
-    meminfo = read_meminfo(proc_root)
+    meminfo, meminfo_unreadable = read_meminfo(proc_root)
     notes: list[str] = []
     mounts = read_mountinfo(proc_root, notes)
     limits = probe_cgroup(proc_root, sys_root, mounts)
@@ -70,10 +70,10 @@ def probe_host(
     ports_in_use, port_errors = probe_ports(ports)
     return HostFacts(
         cpu_count=cpu_count,
-        mem_total_bytes=meminfo["MemTotal"],
-        mem_available_bytes=meminfo["MemAvailable"],
-        swap_total_bytes=meminfo["SwapTotal"],
-        swap_free_bytes=meminfo["SwapFree"],
+        mem_total_bytes=meminfo.get("MemTotal"),
+        mem_available_bytes=meminfo.get("MemAvailable"),
+        swap_total_bytes=meminfo.get("SwapTotal"),
+        swap_free_bytes=meminfo.get("SwapFree"),
         cgroup_version=limits.version,
         cgroup_memory_limit_bytes=limits.memory_limit_bytes,
         cgroup_swap_limit_bytes=limits.swap_limit_bytes,
@@ -85,6 +85,7 @@ def probe_host(
         cgroup_memory_limit_file=limits.memory_limit_file,
         port_bind_errors=port_errors,
         probe_notes=notes + limits.notes,
+        meminfo_unreadable=meminfo_unreadable,
     )
 
 
@@ -104,23 +105,15 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return values
 
 
-def read_meminfo(proc_root: str) -> dict[str, int]:
+def read_meminfo(proc_root: str) -> tuple[dict[str, int], str | None]:
+    """The figures of /proc/meminfo in bytes, and why any of MEMINFO_KEYS is not among them (None: all there)."""
     path = os.path.join(proc_root, "meminfo")
-    fix = "run t4serve on Linux with /proc mounted (inside the t4serve image it always is)"
     try:
         values = parse_meminfo(Path(path).read_text())
     except OSError as exc:
-        raise PreflightError(
-            "cannot read the host's memory figures", found=f"{path}: {exc.strerror or exc}",
-            required="a readable /proc/meminfo", fix=fix,
-        ) from exc  # fmt: skip
+        return {}, f"{path}: {exc.strerror or exc}"
     missing = [key for key in MEMINFO_KEYS if key not in values]
-    if missing:
-        raise PreflightError(
-            "the host's /proc/meminfo lacks figures t4serve needs", found=f"{path} has no {', '.join(missing)}",
-            required=", ".join(MEMINFO_KEYS) + " (Linux 3.14 or newer)", fix=fix,
-        )  # fmt: skip
-    return values
+    return values, f"{path} has no {', '.join(missing)}" if missing else None
 
 
 # --- mounts and cgroups -----------------------------------------------------------------------------------------
@@ -399,11 +392,17 @@ def probe_disk(role: str, path: str, mounts: list[Mount]) -> DiskFacts:
         stat = os.statvfs(folder)
         device = os.stat(folder).st_dev
     except OSError as exc:
-        raise PreflightError(
-            f"cannot measure free disk for {role}", found=f"{path} (measured at {folder}): {exc.strerror or exc}",
-            required="a folder t4serve can stat on the filesystem that will hold it",
-            fix=f"mount a readable volume at {path}, or point the variable that sets it elsewhere",
-        ) from exc  # fmt: skip
+        # Recorded, not raised: preflight turns it into a failed disk finding with the fix.
+        return DiskFacts(
+            role=role,
+            path=path,
+            measured_at=folder,
+            free_bytes=None,
+            total_bytes=None,
+            writable=False,
+            filesystem_id=None,
+            unreadable=f"{path} (measured at {folder}): {exc.strerror or exc}",
+        )
     return DiskFacts(
         role=role,
         path=path,

@@ -1,8 +1,10 @@
 """A supervisord event listener that ends supervisord when vLLM keeps dying, so Docker's restart policy acts.
 
-`listen(stdin, stdout, policy, give_up)` speaks supervisord's listener protocol (READY, header, payload,
-RESULT 2 OK) until stdin closes; tests feed it StringIO. vLLM exiting more than `max_restarts` times within
-`window_s`, or reaching FATAL (it kept dying within startsecs), calls `give_up(reason)` once.
+`listen(stdin, stdout, policy, give_up)` speaks supervisord's listener protocol until stdin closes: supervisor's own
+`childutils.listener` writes READY and the RESULT 2 OK acknowledgement; the header and payload tokens are read with
+`parse_tokens`, which unlike `childutils.get_headers` tolerates a value holding a colon. Tests feed it StringIO.
+vLLM exiting more than `max_restarts` times within `window_s`, or reaching FATAL (it kept dying within startsecs),
+calls `give_up(reason)` once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import collections
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
+
+from supervisor import childutils
 
 WATCHED_PROGRAM = "vllm"
 
@@ -49,8 +53,7 @@ def listen(
 ) -> int:
     gave_up = False
     while True:
-        stdout.write("READY\n")
-        stdout.flush()
+        childutils.listener.ready(stdout)
         header_line = stdin.readline()
         if not header_line:
             return 0
@@ -84,5 +87,4 @@ def listen(
                 give_up(reason)
         elif event == "PROCESS_STATE_FATAL":
             print(f"listener: {name} went FATAL (not restarted; the server keeps running)", file=stderr, flush=True)
-        stdout.write("RESULT 2\nOK")
-        stdout.flush()
+        childutils.listener.ok(stdout)

@@ -22,6 +22,7 @@ from types import FrameType
 from typing import IO
 
 from t4serve import compilation
+from t4serve.httpclient import local_url
 from t4serve.supervise import history
 from t4serve.supervise.canary import run_canary
 from t4serve.supervise.diagnose import diagnose
@@ -35,6 +36,7 @@ from t4serve.supervise.state import (
     read_state,
     write_state,
 )
+from t4serve.units import fmt_duration
 
 PREFIX = "[vllm] "
 LAST_LINES = 40
@@ -46,15 +48,6 @@ HEALTH_TIMEOUT_S = 2.0
 # After the listener gave up, seconds a loading vLLM gets to end on SIGTERM before its process tree is killed: with
 # nothing served yet there is nothing to drain, and supervisord would otherwise wait its whole stopwaitsecs.
 GIVE_UP_GRACE_S = 10.0
-
-
-def local_url(host: str, port: int) -> str:
-    """The URL to reach a server bound to `host` from inside the container (wildcards mean loopback)."""
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
 
 
 def health_ok(base_url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
@@ -72,13 +65,6 @@ def downloads_active(hf_hub_cache: str) -> bool:
     if not root.is_dir():
         return False
     return any(True for _ in root.glob("models--*/blobs/*.incomplete"))
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
@@ -179,8 +165,8 @@ class Wrapper:
             )
         else:
             self.say(
-                f"attempt {self.state.attempt}: starting {self.spec.model}; estimated time to ready {_fmt_s(est)} "
-                "(median of past starts on this GPU)"
+                f"attempt {self.state.attempt}: starting {self.spec.model}; estimated time to ready "
+                f"{fmt_duration(est)} (median of past starts on this GPU)"
             )
         for p in self.spec.predictions.values():
             self.say(f"plan predicts {p.name} = {p.value:,.2f} {p.unit} ({p.how})")
@@ -282,7 +268,7 @@ class Wrapper:
         now = time.time()
         self.tracker.advance("ready", now)
         total = now - self.state.attempt_started_at
-        self.say(f"ready after {_fmt_s(total)}")
+        self.say(f"ready after {fmt_duration(total)}")
         for c in compare(self.tracker.figures, self.spec.predictions):
             self.say(format_comparison(c))
         marks = [(m.phase, m.began_at) for m in self.state.phases if m.phase in PHASE_LABELS]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from t4serve.supervise import canary
+from t4serve.units import GB
 
-GB = 1e9
 # From serve's start to vLLM's first loading line: preflight's probes, the plan, supervisord, then vLLM's imports, its
 # engine process and Gemma 4's multimodal processor. Measured on the GPU host (16 cores, vLLM 0.26.0): 84 s (bf16)
 # and 87 s (QAT) cold, 50 to 58 s warm (docs/verified/gpu-host-vllm-0.26.0). Budgeted at about twice the cold figure

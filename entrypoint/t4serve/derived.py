@@ -12,7 +12,7 @@ class Derived:
     """`value` in `unit`, with `how`: the arithmetic or source, in words a user can check by hand.
 
     `source` says where the figure comes from: "setting" (the user set it), "derived" (computed here),
-    "measured" (read off the machine), "published" (t4-run.md) or "default".
+    "measured" (read off the machine), "published" (published-t4-run.md) or "default".
     """
 
     value: float

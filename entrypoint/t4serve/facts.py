@@ -177,7 +177,8 @@ class Facts:
     host: HostFacts
     manifest: BuildManifest
     model: ModelFacts | None = None
-    # How this record came to be: "probed" on this machine, or e.g. "constructed from t4-run.md" for a shipped file.
+    # How this record came to be: "probed" on this machine, or e.g. "constructed from published-t4-run.md" for a shipped
+    # file.
     provenance: str = "probed"
 
     def to_json(self) -> str:

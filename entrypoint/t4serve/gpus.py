@@ -49,7 +49,7 @@ class KnownGpu:
     memory_bytes: int
     # Nominal peak memory bandwidth from the vendor's datasheet, bytes/s.
     bandwidth_nominal: float
-    # A measured streaming-read bandwidth where one is published (t4-run.md for the T4), else None.
+    # A measured streaming-read bandwidth where one is published (published-t4-run.md for the T4), else None.
     bandwidth_measured: float | None
     power_limit_w: float
     sm_clock_max_mhz: int
@@ -67,7 +67,7 @@ class KnownGpu:
 KNOWN_GPUS: dict[str, KnownGpu] = {
     g.key: g
     for g in (
-        # t4-run.md: 15360 MiB, 70 W cap, 1590 MHz, 277.0 GB/s measured streaming read, 320 GB/s nominal.
+        # published-t4-run.md: 15360 MiB, 70 W cap, 1590 MHz, 277.0 GB/s measured streaming read, 320 GB/s nominal.
         KnownGpu("t4", "Tesla T4", (7, 5), 15360 * MIB, 320 * GB, 277.0 * GB, 70.0, 1590),
         KnownGpu("rtx2080ti", "NVIDIA GeForce RTX 2080 Ti", (7, 5), 11264 * MIB, 616 * GB, None, 250.0, 1545),
         KnownGpu("a10g", "NVIDIA A10G", (8, 6), 23028 * MIB, 600 * GB, None, 300.0, 1710),

@@ -2,7 +2,7 @@
 
 vLLM 0.33 reads safetensors lazily by default (`safetensors_weights_iterator`: `safe_open` memory-maps each file and
 copies one tensor at a time), which is its lowest-memory path; `--safetensors-load-strategy eager` reads each whole
-file first (`load(f.read())`). The peak is an empirical line through t4-run.md's two published peaks, stated as such.
+file first (`load(f.read())`). The peak is an empirical line through published-t4-run.md's two peaks, stated as such.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from t4serve.derived import Derived
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.units import GB, GIB, MIB
 
-# t4-run.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked at
-# 6,761 MiB (bf16) and 4,770 MiB (QAT). RAM was full at the peak, so the peak demand was about 7.8 GB + swap:
+# published-t4-run.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked
+# at 6,761 MiB (bf16) and 4,770 MiB (QAT). RAM was full at the peak, so the peak demand was about 7.8 GB + swap:
 # 14.889 GB and 12.802 GB. Checkpoint sizes are the built-in facts' tensor bytes (t4serve/data/models/, so `plan`
 # reproduces both peaks for the aliases): bf16 10.246 GB; QAT 8.316 GB, a layout inferred from a listed file size, not
 # read from its header (tests/unit/e2b_checkpoint.py). A line through the two points; its slope (1.08 B of peak per
@@ -43,8 +43,9 @@ def largest_file_bytes(model: ModelFacts) -> int:
 def estimate(model: ModelFacts, host: HostFacts | None) -> HostMemory:
     ckpt = model.weight_bytes
     need = int(_BASE + _SLOPE * ckpt)
-    how = (f"{_BASE / GB:.3f} GB + {_SLOPE:.3f} x {ckpt / GB:.3f} GB of safetensors; a line through t4-run.md's "
-           "published load peaks (bf16 7.8 GB RAM + 6,761 MiB swap, QAT + 4,770 MiB), not a model of vLLM's loader")
+    how = (f"{_BASE / GB:.3f} GB + {_SLOPE:.3f} x {ckpt / GB:.3f} GB of safetensors; a line through "
+           "published-t4-run.md's load peaks (bf16 7.8 GB RAM + 6,761 MiB swap, QAT + 4,770 MiB), not a model of "
+           "vLLM's loader")
     per_file = largest_file_bytes(model)
     eager = need + 2 * per_file
     eager_d = Derived(

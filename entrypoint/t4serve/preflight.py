@@ -25,7 +25,7 @@ from t4serve.untrusted import Untrusted, check_host, printable
 
 LEVELS = ("ok", "warn", "fail")
 MIN_CAPABILITY = (7, 5)
-# The image's torch is the CUDA 13.0 build (t4-run.md); CUDA 13 needs driver 580 or newer.
+# The image's torch is the CUDA 13.0 build (published-t4-run.md); CUDA 13 needs driver 580 or newer.
 DEFAULT_TORCH_CUDA = (13, 0)
 MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
 

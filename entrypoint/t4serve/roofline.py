@@ -3,7 +3,7 @@
 Read per token: the text decoder's linears and norms, the per-layer-embedding projections and the output layer (an
 untied lm_head, else the tied embedding). Not read: the per-layer-embedding table and an untied model's embedding (one
 row lookup each), the idle vision and audio towers, and the K/V weights of KV-shared layers that vLLM drops (shown
-apart: t4-run.md's published 4.597 GB counts them).
+apart: published-t4-run.md's published 4.597 GB counts them).
 """
 
 from __future__ import annotations

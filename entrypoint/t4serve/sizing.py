@@ -19,12 +19,13 @@ from t4serve.units import GIB
 
 # vLLM's default --max-num-seqs for `vllm serve` on GPUs under 70 GiB (EngineArgs.get_batch_defaults) and the cap here.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
-# The published T4 deployment served 16384-token requests (t4-run.md); plan that unless the pool or model says less.
+# The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
+# less.
 DEFAULT_MAX_MODEL_LEN = 16384
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
-# checkpoint. Calibrated once on the published bf16 T4 run (t4-run.md): 15 GiB x 0.9 = 13.5 GiB requested, pool
-# 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.7292 GiB (weights
+# checkpoint. Calibrated once on the published bf16 T4 run (published-t4-run.md): 15 GiB x 0.9 = 13.5 GiB requested,
+# pool 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.7292 GiB (weights
 # from the headers 9.5075, rotary caches 0.1875, per-layer-input buffer 0.0342: what vLLM allocates, per
 # tests/oracle/weights_oracle.py), activation peak 0.2676 GiB (below) -> 13.5 - 9.7292 - 0.2676 - 2.8321 = 0.6711 GiB.
 # tests/unit/test_sizing.py recomputes this from those inputs.

@@ -7,7 +7,7 @@ KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
 TIB = 1024**4
-# Decimal gigabytes (a float, as the figures divided by it are): checkpoint sizes, bandwidth, t4-run.md's RAM.
+# Decimal gigabytes (a float, as the figures divided by it are): checkpoint sizes, bandwidth, published-t4-run.md's RAM.
 GB = 1e9
 
 

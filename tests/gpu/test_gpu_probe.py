@@ -18,7 +18,7 @@ from t4serve.probes import collect_facts
 
 pytestmark = pytest.mark.gpu
 
-# The CUDA 13 wheels need a driver of this branch or newer (t4-run.md).
+# The CUDA 13 wheels need a driver of this branch or newer (published-t4-run.md).
 CUDA13_DRIVER_MAJOR = 580
 
 

@@ -1,6 +1,7 @@
 """compose.yaml: validates with docker-compose 1.29, and `up` without a GPU ends with the preflight's no-GPU message
-(exit 3), not a stack trace. The daemon itself refuses the nvidia reservation on this machine (t4-run.md), so the up
-test runs a copy of compose.yaml with the `deploy:` block cut out and `restart: "no"` (no restart loop in a test)."""
+(exit 3), not a stack trace. The daemon itself refuses the nvidia reservation on this machine (see
+published-t4-run.md): the up test runs a copy of compose.yaml with the `deploy:` block cut out and `restart: "no"` (no
+restart loop in a test)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ LABEL_FIELDS = {
     "io.t4serve.triton.version": "triton_version",
     "io.t4serve.transformers.version": "transformers_version",
 }
-# Published cold loads on a T4 took 98-157 s (t4-run.md); the start period must cover that with room for a download.
+# Published cold loads on a T4 took 98-157 s (published-t4-run.md); the start period must cover that with room for a
+# download.
 SLOWEST_PUBLISHED_LOAD_S = 157
 
 

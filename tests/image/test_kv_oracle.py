@@ -18,7 +18,7 @@ pytestmark = pytest.mark.image
 
 # Importing vLLM and building its engine config and model once per length takes about 20 s on two cores.
 ORACLE_TIMEOUT_S = 300
-PUBLISHED_POOL = 3_040_935_936  # t4-run.md: 2.832 GiB of KV cache on the published T4 run
+PUBLISHED_POOL = 3_040_935_936  # published-t4-run.md: 2.832 GiB of KV cache on the published T4 run
 T4_MEMORY_BYTES = 15360 * 1024**2
 DTYPE_BYTES = 2  # --dtype float16, KV cache dtype auto
 LENGTHS = (16384, 1000, 131072)  # published; under the sliding window's hold; the model's max_position_embeddings
@@ -168,7 +168,7 @@ def test_groups_blocks_capacity_and_concurrency(oracle: dict[int, dict[str, Any]
 
 
 def test_vllm_reproduces_the_published_t4_figures(oracle: dict[int, dict[str, Any]]) -> None:
-    """t4-run.md, independent of kvcache.py: 30,934 blocks of 98,304 B; "315,974 tokens ... 19.29x"."""
+    """published-t4-run.md, independent of kvcache.py: 30,934 blocks of 98,304 B; "315,974 tokens ... 19.29x"."""
     published = next(p for p in oracle[16384]["pools"] if p["pool_bytes"] == PUBLISHED_POOL)
     assert (published["num_blocks"], published["bytes_per_block"]) == (30934, 98304)
     assert published["log"] == [

@@ -91,7 +91,8 @@ def test_engine_and_kernel_are_the_t4_path(oracle: dict[str, dict[str, Any]], ki
         return
     assert run["quantization"] == "compressed-tensors"
     # Every text linear, including the per-layer-embedding projections, through Marlin at capability 7.5, none padded
-    # (so Marlin's repack keeps the checkpoint's packed size). Independent check: the published T4 log line (t4-run.md).
+    # (so Marlin's repack keeps the checkpoint's packed size). Independent check: the published T4 log line
+    # (published-t4-run.md).
     assert run["kernels"] == ["MarlinLinearKernel"] and run["padded_linears"] == []
     assert "Using MarlinLinearKernel for CompressedTensorsWNA16" in run["kernel_log"]
     assert run["quantized_linears"] == 211
@@ -158,7 +159,7 @@ def test_qat_saves_what_sizing_says(oracle: dict[str, dict[str, Any]], checkpoin
 
 
 def test_published_qat_saving(oracle: dict[str, dict[str, Any]]) -> None:
-    """Against t4-run.md: the published T4 run's QAT weights took 1.78 GiB less than bf16's. vLLM's saving on the
+    """Against published-t4-run.md: the T4 run's QAT weights took 1.78 GiB less than bf16's. vLLM's saving on the
     modelled checkpoints is 1.7627 GiB, 0.02 GiB short of it (not attributed; bf16's own figure already lies 0.07 GiB
     above vLLM's tensors). The bound separates this layout from the tied, K/V-shipping one modelled before, which
     saved 2.51 GiB; it is not an error bar of the published figure. The QAT layout itself is inferred from a listed
@@ -169,8 +170,9 @@ def test_published_qat_saving(oracle: dict[str, dict[str, Any]]) -> None:
 
 
 def test_published_bf16_load_figure(oracle: dict[str, dict[str, Any]]) -> None:
-    """Independent check, t4-run.md: "Model loading took 9.8 GiB" (vLLM logs round(bytes / GiB, 2), so 9.795-9.805).
-    That is torch's allocated bytes after the load minus before (DeviceMemoryProfiler); what the model holds must not
-    exceed it, and lies 0.07 GiB below it (allocator block rounding and anything else the load leaves allocated)."""
+    """Independent check, published-t4-run.md: "Model loading took 9.8 GiB" (vLLM logs round(bytes / GiB, 2), so
+    9.795-9.805). That is torch's allocated bytes after the load minus before (DeviceMemoryProfiler); what the model
+    holds must not exceed it, and lies 0.07 GiB below it (allocator block rounding and anything else the load leaves
+    allocated)."""
     total = oracle["bf16"]["after_process_weights"]["total_bytes"] / GIB
     assert 9.8 - 0.1 < total < 9.805

@@ -37,7 +37,7 @@ os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"
 
 T4_CAPABILITY = (7, 5)
 T4_NAME = "Tesla T4"
-T4_MEMORY_BYTES = 15360 * 1024**2  # t4-run.md: 15360 MiB
+T4_MEMORY_BYTES = 15360 * 1024**2  # published-t4-run.md: 15360 MiB
 GRID_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar")
 
 

@@ -2,7 +2,7 @@
 """A test double for `vllm serve` with a real model: where no GPU exists, it plays vLLM 0.33's part for t4serve's tests.
 
 What it stands for: the OpenAI-compatible server of vLLM 0.33.0 serving Gemma 4 E2B on a Tesla T4. It prints vLLM's
-own log lines (format strings copied from vLLM 0.33's source, figures from t4-run.md's published T4 runs unless the
+own log lines (format strings copied from vLLM 0.33's source, figures from the T4 runs of published-t4-run.md unless the
 environment overrides them), keeps its port closed while "loading" as vLLM does, then serves GET /health, /v1/models,
 /metrics and POST /v1/completions and /v1/chat/completions (plain and streaming SSE, `stream_options.include_usage`),
 so `vllm bench serve` is a real client of it. With `--api-key KEY...` or VLLM_API_KEY (the flag wins, as in vLLM) it
@@ -34,7 +34,7 @@ Behaviour, from the environment:
                                      the start dies as vLLM 0.26 did on a T4's memory with a cold compile cache
                                      (InductorError: OutOfMemoryError after "Model loading took"), exit 1
     T4SERVE_STANDIN_MODEL_GIB, T4SERVE_STANDIN_MODEL_LOAD_S, T4SERVE_STANDIN_WEIGHTS_LOAD_S, T4SERVE_STANDIN_KV_TOKENS
-                                     the figures logged (defaults: t4-run.md's bf16 run; QAT's for a "qat" model)
+                                     the figures logged (defaults: published-t4-run.md's bf16; QAT for a "qat" model)
 Prompt and completion tokens are counted as Hugging Face's Whitespace pre-tokenizer splits text (`\\w+|[^\\w\\s]+`),
 which equals the true count for the word-level tokenizer the bench test builds.
 """
@@ -75,7 +75,7 @@ FILLER_WORDS = (
 
 @dataclass(frozen=True)
 class Figures:
-    """The numbers the log prints, as t4-run.md records them for the published T4 runs."""
+    """The numbers the log prints, as published-t4-run.md records them for the published T4 runs."""
 
     model_gib: float
     model_load_s: float

@@ -14,7 +14,7 @@ The QAT layout is INFERRED, not read: the hub is unreachable here, so its header
   same tensors (10,246,357,062 B), its header 58,280 B shorter than the published one;
 - "the bf16 layout with every text linear pack-quantized" would be 7,521,301,510 B of tensors, and vLLM 0.33 would
   allocate 2.51 GiB less for it than for bf16 (tests/oracle/weights_oracle.py), where the published T4 run saved
-  1.78 GiB (t4-run.md);
+  1.78 GiB (published-t4-run.md);
 - both gaps close if the QAT checkpoint ships an untied 16-bit lm_head ([262144, 1536], 805,306,368 B; llm-compressor
   keeps lm_head in the ignore list and saves it untied) and none of the KV-shared layers' K/V tensors (10,629,760 B
   quantized; saving a transformers model writes none, as that model has no such modules): 8,315,978,118 B of tensors,
@@ -46,8 +46,8 @@ from typing import Any
 
 FULL_LAYERS = (4, 9, 14, 19, 24, 29, 34)
 
-# t4-run.md "Gemma 4 E2B architecture"; vision and audio sub-configs are transformers 5.x's defaults, which its docs
-# give as the google/gemma-4-e2b-it configuration.
+# published-t4-run.md "Gemma 4 E2B architecture"; vision and audio sub-configs are transformers 5.x's defaults, which
+# its docs give as the google/gemma-4-e2b-it configuration.
 E2B_CONFIG: dict[str, Any] = {
     "architectures": ["Gemma4ForConditionalGeneration"],
     "model_type": "gemma4",
@@ -435,8 +435,9 @@ def write_hf_cache(hf_home: str | Path, repo_id: str, kind: str = "bf16", revisi
 
 
 BUILTIN_PROVENANCE = {
-    "bf16": "built-in facts for google/gemma-4-E2B-it: config.json per t4-run.md (E2B architecture), tensor names and "
-            "shapes from transformers' Gemma 4 model on the meta device plus the shipped KV-shared K/V weights",
+    "bf16": "built-in facts for google/gemma-4-E2B-it: config.json per published-t4-run.md (E2B architecture), "
+            "tensor names and shapes from transformers' Gemma 4 model on the meta device plus the shipped KV-shared "
+            "K/V weights",
     "qat": "built-in facts for google/gemma-4-E2B-it-qat-w4a16-ct, inferred, not read from its header: every text "
            "linear pack-quantized (compressed-tensors W4A16, int4, group 32, bf16 scales); embeddings, vision, audio "
            "16-bit; an untied 16-bit lm_head and no KV-shared K/V weights (the layout whose size fits a third-party "

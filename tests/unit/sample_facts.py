@@ -1,4 +1,4 @@
-"""Facts for plan/preflight/pipeline/CLI tests: the published T4 host of t4-run.md, and variants of it.
+"""Facts for plan/preflight/pipeline/CLI tests: the published T4 host of published-t4-run.md, and variants of it.
 
 The T4 host: Tesla T4 (7.5, 15360 MiB, 70 W), 2 vCPU, 7.8 GB RAM plus the 16 GB swapfile it needed to load; /tmp a
 separate 3.9 GB filesystem, the model cache on a large separate volume. The image side is what docker/ builds:
@@ -46,7 +46,7 @@ HOST = HostFacts(
     cpu_count=2,
     mem_total_bytes=7_800_000_000,
     mem_available_bytes=7_000_000_000,
-    # The 16 GB swapfile that let the published run load (t4-run.md); tests take it away to see the finding.
+    # The 16 GB swapfile that let the published run load (published-t4-run.md); tests take it away to see the finding.
     swap_total_bytes=16 * GIB,
     swap_free_bytes=16 * GIB,
     cgroup_version=2,
@@ -95,7 +95,7 @@ def t4(**changes: Any) -> Facts:
         host=HOST,
         manifest=MANIFEST,
         model=model(),
-        provenance="constructed from t4-run.md (tests/unit/sample_facts.py)",
+        provenance="constructed from published-t4-run.md (tests/unit/sample_facts.py)",
     )
     return dataclasses.replace(base, **changes)
 

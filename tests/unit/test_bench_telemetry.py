@@ -1,5 +1,5 @@
 """t4serve.bench.telemetry: the sampler that runs beside each benchmark cell. `RecordedPynvml` stands for the pynvml
-module on a T4 held by its power cap (t4-run.md: ~70 W of a 70 W cap, SM 1290 of 1590 MHz, SW power cap); without
+module on a T4 held by its power cap (published-t4-run.md: ~70 W of 70 W, SM 1290 of 1590 MHz, SW power cap); without
 NVML the sampler records why it has no samples instead of failing the cell."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from t4serve.facts import BuildManifest, ClampProof
 from t4serve.probes.manifest import probe_manifest
 from t4serve.serde import from_dict, to_dict
 
-# torch 2.14.0's cu130 wheel reports these (t4-run.md, "Packages").
+# torch 2.14.0's cu130 wheel reports these (published-t4-run.md, "Packages").
 CU130 = buildinfo.TorchBuild(cuda_version="13.0", arch_list=["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"])
 VERSIONS = {"torch": "2.14.0", "vllm": "0.33.0", "triton": "3.8.0", "transformers": "5.20.2", "t4serve": "0.1.0"}
 PROOF = ClampProof(

@@ -1,6 +1,6 @@
 """The recorded fact files shipped in the package (data/facts): they replay exactly, and say what they stand for.
 
-t4-published.json is constructed from t4-run.md (the published T4 host); no-gpu.json was probed on the GPU-less CI
+t4-published.json is constructed from published-t4-run.md (the T4 host); no-gpu.json was probed on the GPU-less CI
 machine. Plan and preflight tests replay them instead of mocking a machine.
 """
 
@@ -36,7 +36,7 @@ def test_shipped_facts_round_trip_exactly(name: str) -> None:
 
 def test_t4_published_matches_facts_md() -> None:
     facts = Facts.from_json(shipped_text("t4-published.json"))
-    assert facts.provenance.startswith("constructed from t4-run.md, not probed")
+    assert facts.provenance.startswith("constructed from published-t4-run.md, not probed")
     gpu = facts.gpu
     assert gpu.nvml_available and gpu.error is None
     assert gpu.driver_version is not None and gpu.driver_version.split(".")[0] == "580"

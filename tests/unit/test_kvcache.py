@@ -1,4 +1,4 @@
-"""vLLM 0.33's KV accounting, one test per rule, and t4-run.md's published bf16 T4 figures reproduced exactly."""
+"""vLLM 0.33's KV accounting, one test per rule, and published-t4-run.md's bf16 T4 figures reproduced exactly."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_only_non_shared_layers_own_a_cache_with_their_head_dims() -> None:
     assert [s.layer for s in specs if s.kind == "full"] == [4, 9, 14]
     assert {s.head_size for s in specs if s.kind == "full"} == {512}
     assert {(s.head_size, s.sliding_window) for s in specs if s.kind == "sliding"} == {(256, 512)}
-    # t4-run.md: fp16 KV per token, 1,024 B per sliding layer and 2,048 B per full layer.
+    # published-t4-run.md: fp16 KV per token, 1,024 B per sliding layer and 2,048 B per full layer.
     assert {s.kind: s.bytes_per_token for s in specs} == {"sliding": 1024, "full": 2048}
 
 

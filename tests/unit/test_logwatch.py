@@ -15,7 +15,7 @@ def line(msg: str, proc: str = "EngineCore_DP0 pid=812", where: str = "gpu_model
     return f"({proc}) INFO 12-01 10:00:03 [{where}] {msg}"
 
 
-# The published bf16 run's figures (t4-run.md), formatted as vLLM 0.33's log calls format them.
+# The published bf16 run's figures (published-t4-run.md), formatted as vLLM 0.33's log calls format them.
 BF16_START = [
     line("Starting to load model google/gemma-4-E2B-it..."),
     line("Loading weights took 151.02 seconds", where="default_loader.py:507"),

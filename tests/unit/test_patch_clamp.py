@@ -35,7 +35,7 @@ def vllm_tile(head_size: int, sliding_window: int, element_size: int, is_prefill
 
 @pytest.mark.parametrize(
     ("head", "tile", "expected"),
-    # t4-run.md's table, compiled for sm_75 with fp16, BLOCK_M 16.
+    # published-t4-run.md's table, compiled for sm_75 with fp16, BLOCK_M 16.
     [(256, 16, 32_768), (512, 16, 65_536), (256, 32, 49_152), (512, 32, 98_304), (256, 64, 81_920), (512, 64, 163_840)],
 )
 def test_shared_memory_formula_matches_the_compiled_figures(head: int, tile: int, expected: int) -> None:

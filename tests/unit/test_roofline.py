@@ -1,4 +1,4 @@
-"""Bytes per decode token from headers: t4-run.md's 4.56 / 4.597 GB for bf16, 2.47x fewer for QAT, KV per context."""
+"""Bytes per decode token from headers: published-t4-run.md's 4.56 / 4.597 GB for bf16, 2.47x less for QAT, KV."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_bf16_reads_4_56_gb_and_4_597_with_dropped_kv(tmp_path: Path) -> None:
     assert round((r.weights_read_bytes.value + r.dropped_kv_weights_bytes.value) / 1e9, 3) == 4.597
     assert round(r.dropped_kv_weights_bytes.value / 1e6, 1) == 37.8
     assert r.ceiling_tokens_per_s is not None
-    # t4-run.md: 60.3 tok/s at 277 GB/s counting the dropped weights.
+    # published-t4-run.md: 60.3 tok/s at 277 GB/s counting the dropped weights.
     assert round(277e9 / (r.weights_read_bytes.value + r.dropped_kv_weights_bytes.value), 1) == 60.3
 
 
@@ -80,7 +80,7 @@ def test_decode_ceiling_is_the_roofline_at_the_known_gpus_bandwidth(tmp_path: Pa
     ceiling = decode_ceiling(facts, t4)
     per_token = roofline(facts, context=0, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value
     assert ceiling.value == pytest.approx(277.0e9 / per_token)
-    # t4-run.md: 4.56 GB read per token without the dropped K/V weights -> about 60.7 tok/s at 277 GB/s.
+    # published-t4-run.md: 4.56 GB read per token without the dropped K/V weights -> about 60.7 tok/s at 277 GB/s.
     assert 60.0 < ceiling.value < 61.5
     assert "277.0 GB/s measured" in ceiling.how
 

@@ -1,5 +1,5 @@
 """telemetry: throttle reasons decoded by name, Prometheus text, the log line, /metrics over HTTP, and the no-NVML
-exit. The GPU itself cannot run here: `RecordedNvml` replays the T4 under decode as t4-run.md records it (70 W cap,
+exit. The GPU itself cannot run here: `RecordedNvml` replays the T4 in decode as published-t4-run.md has it (70 W cap,
 1590 MHz max, SW power cap holding the SM clock at 1290 MHz, 100 % utilisation); tests/gpu runs the real NVML."""
 
 from __future__ import annotations

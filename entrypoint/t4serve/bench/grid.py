@@ -34,7 +34,7 @@ def seed_for(input_len: int, concurrency: int, repeat: int) -> int:
 
 
 def prompts_per_cell(concurrency: int, override: int | None = None) -> int:
-    """max(4c, 8): enough requests that c streams stay busy for several rounds (t4-run.md's sweep)."""
+    """max(4c, 8): enough requests that c streams stay busy for several rounds (published-t4-run.md's sweep)."""
     return override if override is not None else max(4 * concurrency, 8)
 
 

@@ -72,7 +72,7 @@ def raw_name(model: str, cell: grid.Cell) -> str:
 
 
 def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
-    """`vllm bench serve` for one cell and repeat, as t4-run.md's sweep ran it."""
+    """`vllm bench serve` for one cell and repeat, as published-t4-run.md's sweep ran it."""
     return [
         *shlex.split(opts.vllm),
         "bench",

@@ -22,7 +22,7 @@ OVERRIDE_ATTRIBUTE = "T4SERVE_SHARED_MEMORY_OVERRIDE"
 # (T4SERVE_SIZE_AS) runs that card's tiles.
 SHARED_MEMORY_ENV = "T4SERVE_SHARED_MEMORY_PER_BLOCK"
 
-# t4-run.md, "The Turing clamp": compiled for sm_75, the attention kernels need
+# published-t4-run.md, "The Turing clamp": compiled for sm_75, the attention kernels need
 # 2 B x padded head x (2 x TILE + 2 x BLOCK_M) of shared memory (K and V tiles, Q and the accumulator's staging).
 CLAMPED_TILE = 16
 UNCLAMPED_TILE = 32
@@ -147,7 +147,8 @@ def find_marked_clamp(text: str) -> MarkedClamp | None:
 
 
 def tile_shared_memory(head_size_padded: int, tile_size: int, block_m: int = BLOCK_M) -> int:
-    """t4-run.md's fit for the kernel's shared memory at 16-bit: 2 B x padded head x (2 x TILE + 2 x BLOCK_M)."""
+    """The kernel's shared memory at 16-bit, as fitted in published-t4-run.md: 2 B x padded head x (2 x TILE + 2 x
+    BLOCK_M)."""
     return ELEMENT_BYTES * head_size_padded * (2 * tile_size + 2 * block_m)
 
 

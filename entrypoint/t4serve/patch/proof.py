@@ -30,7 +30,8 @@ from t4serve.serde import to_dict
 TURING = (7, 5)
 # The T4's opt-in shared memory per block (CUDA programming guide via t4serve.gpus): the budget every kernel must fit.
 TURING_SHARED_MEMORY = shared_memory_per_block_optin(TURING)
-# fp16 output of a float32-accumulated attention: about 1e-3 (t4-run.md); a wrong mask or tile shows as >= 1e-1.
+# fp16 output of a float32-accumulated attention: about 1e-3 (published-t4-run.md); a wrong mask or tile shows as >=
+# 1e-1.
 INTERPRETER_TOLERANCE = 5e-3
 # The kernels the proof must have compiled: both layer kinds of Gemma 4 E2B, prefill (2D) and decode (3D).
 REQUIRED_KERNELS = ("2d/prefill/head256/", "3d/decode/head256/", "2d/prefill/head512/", "3d/decode/head512/")
@@ -116,7 +117,7 @@ def check_compile(result: Mapping[str, Any], echo: Echo) -> None:
         raise PatchError(
             "vLLM's own tile for head 512 prefill fits a T4: the clamp's premise no longer holds",
             found=f"{result['unpatched_label']}: {unpatched:,} B",
-            required=f"> {TURING_SHARED_MEMORY:,} B (t4-run.md: {predicted:,} B), or the clamp is not needed",
+            required=f"> {TURING_SHARED_MEMORY:,} B (published-t4-run.md: {predicted:,} B), or the clamp is not needed",
             fix="drop the clamp for this vLLM/Triton after checking on a T4",
         )
     echo(

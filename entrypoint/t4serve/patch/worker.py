@@ -26,7 +26,8 @@ from typing import Any
 RESULT_PREFIX = "T4SERVE-CLAMP-RESULT "
 TARGET_MODULE_NAME = "t4serve_clamp_target"
 
-# Gemma 4 E2B (t4-run.md): 8 query heads, 1 KV head; sliding layers head 256 window 512, global layers head 512.
+# Gemma 4 E2B (published-t4-run.md): 8 query heads, 1 KV head; sliding layers head 256 window 512, global layers head
+# 512.
 NUM_QUERY_HEADS = 8
 NUM_KV_HEADS = 1
 # (label, head size, sliding window in tokens or 0 for global attention, KV block size in tokens)

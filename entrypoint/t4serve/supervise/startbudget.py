@@ -21,8 +21,8 @@ STARTING_S = 180.0
 # The slowest download the budget covers: 25 MB/s (200 Mbit/s). Cloud VMs usually fetch from the hub faster; a first
 # start behind a slower link needs a pre-filled cache (HF_HUB_OFFLINE=1) or a longer budget.
 MIN_DOWNLOAD_BYTES_PER_S = 25 * 1e6
-# t4-run.md's published T4 loads: (checkpoint bytes as the built-in facts count them, vLLM's "Model loading took ...
-# seconds"): bf16 157.18 s, QAT about 98.7 s. The budget loads at the slower of the two rates (65 MB/s, bf16).
+# published-t4-run.md's published T4 loads: (checkpoint bytes as the built-in facts count them, vLLM's "Model loading
+# took ... seconds"): bf16 157.18 s, QAT about 98.7 s. The budget loads at the slower of the two rates (65 MB/s, bf16).
 PUBLISHED_LOADS = ((10_246_357_062, 157.18), (8_315_978_118, 98.7))
 # Memory profiling with torch.compile's Dynamo/Inductor pass, then the remaining compiles and CUDA graph capture, on an
 # empty compile cache. Not published for a T4. Measured on the GPU host, sized as a T4 (compiling is CPU work, so the

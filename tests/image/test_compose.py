@@ -41,8 +41,8 @@ def test_compose_config_validates(tmp_path: Path) -> None:
 
 
 def test_compose_config_for_one_gpu_of_several(tmp_path: Path) -> None:
-    """README's multi-GPU recipe: per project, T4SERVE_GPU picks the device and the publish ports move; the cache
-    volumes keep one name across projects, so the servers share one download."""
+    """docs/operations.md's several-GPU recipe: per project, T4SERVE_GPU picks the device and the publish ports move;
+    the cache volumes keep one name across projects, so the servers share one download."""
     env = {"PATH": "/usr/bin:/bin", "T4SERVE_GPU": "2", "T4SERVE_PUBLISH_PORT": "8002",
            "T4SERVE_TELEMETRY_PUBLISH_PORT": "9402"}  # fmt: skip
     outs = []

@@ -5,6 +5,7 @@
 # unpacked once into /tmp/site. Checkpoints and servers live under /tmp/t4serve-gpu, so later steps reuse the
 # compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
 #   measure    tests/gpu/compile_memory.py: every compile rung side by side, cold caches, peaks and speed
+#   measure-warm   bf16 full and lean, QAT full: cold, speed, then a warm start of each (peaks, ready time)
 #   cold       the cold-then-warm start tests at T4 memory (a ballast), bf16 then QAT
 #   cold-bf16, cold-qat   one of them
 #   lifecycle  crash/restart/give-up, drain, canary and profile side by side
@@ -23,6 +24,8 @@ export T4SERVE_GPU_WORK=$work T4SERVE_GPU_RESULTS=$out T4SERVE_GPU_CHECKPOINTS=$
 cd "$repo"
 case $step in
   measure) python3 tests/gpu/compile_memory.py "$out/measure" "$work/checkpoints" --timeout 420 ;;
+  measure-warm) python3 tests/gpu/compile_memory.py "$out/measure-warm" "$work/checkpoints" --timeout 300 --warm \
+      --configs bf16-full,bf16-lean,qat-full ;;
   cold) python3 -m pytest -s -x -p no:cacheprovider tests/gpu/test_real_serve.py -k cold ;;
   cold-bf16|cold-qat) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k "cold and ${step#cold-}" ;;
   lifecycle) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k lifecycle ;;

@@ -44,6 +44,7 @@ from t4serve.probes.gpu import Nvml
 from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
 from t4serve.settings import VARIABLES_BY_NAME, Settings
+from t4serve.untrusted import REDACTED
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,7 +60,6 @@ BENCH_TEXT_BYTES = 32 * 1024
 MAX_WAIT_S = 50.0
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 BENCH_ROOT = "/cache/t4serve/bench"
-REDACTED = "<redacted>"
 # Settings a tool may not pass: secrets, and the files that hold them (compose.yaml's secrets carry those).
 REFUSED_SETTINGS = ("HF_TOKEN", "HF_TOKEN_FILE", "T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE")
 

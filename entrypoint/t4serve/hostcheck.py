@@ -26,8 +26,10 @@ from t4serve.errors import EngineError
 from t4serve.facts import FACTS_SCHEMA, BuildManifest, Facts, GpuFacts
 from t4serve.pipeline import probe_settings_model
 from t4serve.preflight import (
+    DATA_ROOT_FIX,
     DISK_NEED_BY_ROLE,
     HF_CACHE_HEADROOM,
+    IMAGE_BYTES,
     SHM_RECOMMENDED,
     Finding,
     check_capability,
@@ -43,9 +45,9 @@ from t4serve.probes.manifest import probe_manifest
 from t4serve.settings import Settings
 from t4serve.units import GIB, KIB, MIB, TIB
 
-# The image's size when it is not local yet: 9.96 GB measured for t4serve:dev by scripts/bench-image (docs/image.md's
-# table); rounded up to 10.5 GB for the layers' extraction overhead.
-IMAGE_SIZE_ESTIMATE = 10_500_000_000
+# The image's need on Docker's data root when it is not local yet: its measured size (preflight.IMAGE_BYTES) plus 5%
+# for the layers' extraction overhead.
+IMAGE_SIZE_ESTIMATE = IMAGE_BYTES * 105 // 100
 TOOLKIT_FIX = (
     "install the NVIDIA Container Toolkit (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/"
     "latest/install-guide.html), then `sudo nvidia-ctk runtime configure --runtime=docker && "
@@ -179,7 +181,10 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
         (
             "image",
             0 if image is not None else IMAGE_SIZE_ESTIMATE,
-            f"{image.ref} present" if image is not None else "to build or pull, 9.96 GB measured",
+            f"{image.ref} present"
+            if image is not None
+            else f"to pull or build, {format_bytes(IMAGE_BYTES)} measured + 5% to unpack"
+            " (a local build also keeps BuildKit's cache there)",
         ),
         (
             "checkpoint",
@@ -210,8 +215,7 @@ def check_docker_disk(facts: Facts, image: ImageInfo | None, settings: Settings)
             found,
             required,
             f"free {format_bytes(need - disk.free_bytes)} on {disk.measured_at} (`docker system df`, "
-            "`docker image prune`), or move Docker's data root to a larger disk (docs/operations.md: Moving "
-            "Docker's data root)",
+            f"`docker image prune`), or {DATA_ROOT_FIX}",
         )
     return Finding("docker-disk", "ok", found, required, "")
 

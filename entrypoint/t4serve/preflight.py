@@ -53,6 +53,15 @@ DISK_NEED_BY_ROLE = {
 }
 HF_CACHE_HEADROOM = 256 * MIB
 PROC_FIX = "run t4serve on Linux with /proc mounted (inside the t4serve image it always is)"
+# The image on Docker's data root: IMAGE_BYTES measured for t4serve:dev by scripts/bench-image (docs/image.md's
+# figures). Every host that pulls the image needs this much there before it can serve; compose's cache volumes are
+# named volumes on the same disk.
+IMAGE_BYTES = 7_150_000_000
+DATA_ROOT_FIX = (
+    "move Docker's data root to a larger disk: stop Docker, copy its folder (`docker info -f '{{.DockerRootDir}}'`, "
+    'usually /var/lib/docker) there, set "data-root": "/new/path" in /etc/docker/daemon.json, start Docker '
+    "(docs/operations.md: Moving Docker's data root)"
+)
 # ModelFacts.source values meaning "vLLM will download it": read remotely, or the aliases' built-in facts.
 NOT_LOCAL_SOURCES = ("not-local", "builtin")
 
@@ -475,7 +484,9 @@ def check_disks(facts: Facts, plan: Plan) -> list[Finding]:
                     found,
                     required,
                     f"free {format_bytes(total - free)} on {disks[0].measured_at}, or mount a larger volume at "
-                    + ", ".join(d.path for d in disks),
+                    + ", ".join(d.path for d in disks)
+                    + f"; compose's cache volumes are named volumes on Docker's data root, which also holds the "
+                    f"image ({format_bytes(IMAGE_BYTES)}): {DATA_ROOT_FIX}",
                 )
             )
         else:

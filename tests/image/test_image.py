@@ -70,8 +70,9 @@ def test_vllm_imports(run_in_image: RunInImage, manifest_data: dict[str, Any]) -
     assert out.stdout.strip().splitlines()[-1] == manifest_data["vllm_version"]
 
 
-# The Dockerfile removes these (about 0.5 GB) because a Gemma 4 server on Turing never loads them.
-TRIMMED = ("tokenspeed_mla", "tokenspeed_triton", "tilelang")
+# The Dockerfile removes these because a Gemma 4 server on a T4 never loads them (docker/slim.json says why).
+TRIMMED = tuple(sorted({m for d in json.loads((REPO / "docker" / "slim.json").read_text())["distributions"]
+                        for m in d["modules"]}))
 # What a T4 serving Gemma 4 E2B imports: the model classes, the Triton backend Gemma 4 is forced onto,
 # compressed-tensors W4A16 through Marlin (the QAT checkpoint), and the OpenAI server with its `vllm serve` entry.
 T4_PATH = (

@@ -26,6 +26,7 @@ from t4serve.hostcheck import (
     host_facts,
     image_manifest,
 )
+from t4serve.preflight import IMAGE_BYTES
 from t4serve.serde import to_dict
 from t4serve.settings import Settings
 
@@ -77,11 +78,16 @@ def test_docker_disk_counts_the_image_only_when_absent(engine: FakeEngine) -> No
     present = check_docker_disk(facts, engine.image(), s)
     absent = check_docker_disk(facts, None, s)
     assert f"image {format_bytes(0)} (t4serve:dev present)" in present.required
-    assert f"image {format_bytes(IMAGE_SIZE_ESTIMATE)} (to build or pull" in absent.required
+    assert f"image {format_bytes(IMAGE_SIZE_ESTIMATE)} (to pull or build" in absent.required
     tight = dataclasses.replace(facts, host=dataclasses.replace(facts.host, disks=[
         dataclasses.replace(disk, free_bytes=5 * GIB)]))  # fmt: skip
     short = check_docker_disk(tight, None, s)
     assert short.level == "fail" and "docker system df" in short.fix and "free " in short.fix
+    # How much the image needs there, and how to move the data root to a larger disk.
+    assert f"{format_bytes(IMAGE_BYTES)} measured + 5% to unpack" in short.required
+    assert IMAGE_SIZE_ESTIMATE == IMAGE_BYTES * 105 // 100
+    assert '"data-root": "/new/path" in /etc/docker/daemon.json' in short.fix
+    assert "5.000 GiB free" in short.found and "(Docker's data root " in short.found
 
 
 def test_docker_disk_that_could_not_be_measured_fails_with_the_reason(engine: FakeEngine) -> None:

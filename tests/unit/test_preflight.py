@@ -8,9 +8,18 @@ import json
 import pytest
 from sample_facts import GIB, MIB, no_gpu, t4, with_gpu, with_host, with_manifest
 
+from t4serve.derived import format_bytes
 from t4serve.facts import DiskFacts, Facts, GpuFacts
 from t4serve.pipeline import ensure_model, prepare, with_known_gpu
-from t4serve.preflight import Finding, arch_supported, format_table, has_failures, run_checks, to_json
+from t4serve.preflight import (
+    IMAGE_BYTES,
+    Finding,
+    arch_supported,
+    format_table,
+    has_failures,
+    run_checks,
+    to_json,
+)
 from t4serve.settings import Settings
 
 BASE_ENV = {"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": "hf_testtoken"}
@@ -214,6 +223,16 @@ def test_disk_roles_on_one_filesystem_add_up_and_free_space_counts_once() -> Non
     # The same roles each on a filesystem of their own fit.
     spread = [dataclasses.replace(d, filesystem_id=i) for i, d in enumerate(one_fs)]
     assert [f.level for f in findings(with_host(t4(), disks=spread)) if f.check == "disk"] == ["ok", "ok", "ok"]
+
+
+def test_disk_failure_says_what_the_image_needs_on_docker_data_root_and_how_to_move_it() -> None:
+    facts = with_host(t4(), disks=[DiskFacts("hf_cache", "/cache/huggingface", "/cache", 100 * MIB, GIB, True, 3)])
+    finding = only(findings(facts), "disk")
+    assert finding.level == "fail"
+    assert "100.000 MiB free" in finding.found and "checkpoint" in finding.required
+    assert f"image ({format_bytes(IMAGE_BYTES)})" in finding.fix
+    assert '"data-root": "/new/path" in /etc/docker/daemon.json' in finding.fix
+    assert "docker info -f '{{.DockerRootDir}}'" in finding.fix and "docs/operations.md" in finding.fix
 
 
 def test_disk_hf_cache_needs_nothing_once_the_checkpoint_is_local() -> None:

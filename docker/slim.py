@@ -1,0 +1,451 @@
+"""Slim the image's venv by docker/slim.json, then prove the serving path still imports. Runs at build time, as root,
+with the venv's Python, in two processes (the first one's interpreter started with the removed packages' .pth hooks):
+
+    python3 slim.py remove slim.json             # uninstall, delete, check each is gone; prints what it freed
+    python3 slim.py prove slim.json RECORD.json  # import what serving imports, build the OpenAI app, write the record
+    python3 slim.py imports slim.json            # the same walk without the removal checks: its record on stdout
+
+`prove` imports what vLLM imports from the moment the server starts until it answers: the CLI and API server, the
+engine core and its client, the worker and GPU model runner, the sampler, every structured-output backend and the
+grammar libraries they load lazily, the tokenizer and Gemma 4's processor, the Gemma 4 model, the Triton attention
+backend, compressed-tensors W4A16 through Marlin, torch.compile's backend. It then builds the FastAPI app exactly as
+`vllm serve` does and checks the OpenAI routes are on it. Any ImportError fails the build, so a removal that breaks
+serving cannot ship. The record (the top-level packages the walk imported, the routes, vLLM's decisions, the
+switches as vLLM reads them) goes to /etc/t4serve/import-proof.json; tests/image/test_slim.py reads it, and
+scripts/image-imports runs `imports` in an image before slimming (docs/verified/image-slim/).
+
+No GPU: CUDA_VISIBLE_DEVICES is set empty, as the oracles do, so vllm.triton_utils hands out the real Triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import types
+from pathlib import Path
+from typing import Any
+
+SITE = Path(sysconfig.get_paths()["purelib"])
+# Top-level packages imported before the walk (by the interpreter, any .pth hook such as the one nvidia-cutlass-dsl
+# installs, and the standard library modules above): not imported by the serving path, so the records leave them out.
+STARTUP = {name.split(".")[0] for name in sys.modules}
+
+# What serving imports after the engine starts, by the step that imports it. Module names only: the classes inside
+# are what the modules define at import, and a missing dependency fails at that import.
+SERVING_MODULES: dict[str, list[str]] = {
+    "cli and server": [
+        "vllm.entrypoints.cli.main",
+        "vllm.entrypoints.cli.serve",
+        "vllm.entrypoints.launchers.api_server.entry",
+        "vllm.entrypoints.launchers.api_server.routers",
+        "vllm.entrypoints.launchers.api_server.app_state",
+        "vllm.entrypoints.launchers.app",
+        "vllm.entrypoints.generate.api_router",
+    ],
+    "openai routes and serving": [
+        "vllm.entrypoints.openai.api_server",
+        "vllm.entrypoints.openai.chat_completion.api_router",
+        "vllm.entrypoints.openai.chat_completion.serving",
+        "vllm.entrypoints.openai.completion.api_router",
+        "vllm.entrypoints.openai.completion.serving",
+        "vllm.entrypoints.openai.responses.api_router",
+        "vllm.entrypoints.openai.responses.serving",
+        "vllm.entrypoints.openai.models.api_router",
+        "vllm.entrypoints.openai.models.serving",
+        "vllm.entrypoints.anthropic.serving",
+        "vllm.entrypoints.serve.tokenize.serving",
+    ],
+    "engine": [
+        "vllm.v1.engine.async_llm",
+        "vllm.v1.engine.core",
+        "vllm.v1.engine.core_client",
+        "vllm.v1.engine.input_processor",
+        "vllm.v1.engine.output_processor",
+        "vllm.v1.engine.detokenizer",
+        "vllm.v1.executor.uniproc_executor",
+        "vllm.v1.executor.multiproc_executor",
+        "vllm.v1.core.sched.scheduler",
+        "vllm.v1.core.kv_cache_utils",
+        "vllm.v1.metrics.loggers",
+    ],
+    "worker and model runner": [
+        "vllm.v1.worker.gpu_worker",
+        "vllm.v1.worker.gpu_model_runner",
+        "vllm.compilation.backends",
+        "vllm.compilation.cuda_graph",
+        "vllm.model_executor.model_loader.default_loader",
+        "vllm.model_executor.model_loader.weight_utils",
+    ],
+    "sampler": [
+        "vllm.v1.sample.sampler",
+        "vllm.v1.sample.ops.topk_topp_sampler",
+        "vllm.v1.sample.ops.topk_topp_triton",
+        "vllm.v1.sample.rejection_sampler",
+    ],
+    "structured output": [
+        "vllm.v1.structured_output",
+        "vllm.v1.structured_output.backend_xgrammar",
+        "vllm.v1.structured_output.backend_guidance",
+        "vllm.v1.structured_output.backend_outlines",
+        "vllm.v1.structured_output.backend_lm_format_enforcer",
+        "xgrammar",
+        "llguidance",
+        "llguidance.hf",
+        "llguidance.torch",
+        "outlines_core",
+        "lmformatenforcer",
+    ],
+    "tokenizer and processor": [
+        "vllm.tokenizers",
+        "vllm.tokenizers.hf",
+        "vllm.renderers.hf",
+        "vllm.reasoning.gemma4_engine_reasoning_parser",
+        "vllm.tool_parsers.gemma4_engine_tool_parser",
+        "transformers.models.gemma.tokenization_gemma",
+        "transformers.models.gemma4.processing_gemma4",
+        "transformers.models.gemma4.image_processing_gemma4",
+        "transformers.models.gemma4.feature_extraction_gemma4",
+        "vllm.multimodal.media.image",
+        "vllm.multimodal.media.audio",
+        "vllm.multimodal.video_decoders.opencv",
+    ],
+    "gemma 4 on turing": [
+        "vllm.model_executor.models.gemma4",
+        "vllm.model_executor.models.gemma4_mm",
+        "vllm.v1.attention.backends.triton_attn",
+        "vllm.v1.attention.ops.triton_unified_attention",
+        "vllm.model_executor.layers.attention.mm_encoder_attention",
+        "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors",
+        "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_wNa16",
+        "vllm.model_executor.kernels.linear.mixed_precision.marlin",
+    ],
+}
+# vLLM's compiled CUDA extensions that serving imports (module -> library under site-packages); see stand_in_t4.
+CUDA_EXTENSIONS = {
+    "vllm._C_stable_libtorch": "vllm/_C_stable_libtorch.abi3.so",
+    "vllm._moe_C_stable_libtorch": "vllm/_moe_C_stable_libtorch.abi3.so",
+    "vllm.vllm_flash_attn._vllm_fa2_C": "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+}
+OP_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar")
+CUTLASS_PROBES = (
+    "cutlass_scaled_mm_supports_fp8",
+    "cutlass_scaled_mm_supports_block_fp8",
+    "cutlass_group_gemm_supported",
+    "cutlass_scaled_mm_supports_fp4",
+)
+# Routes the OpenAI-compatible server must have once the app is built ("generate" task, as for Gemma 4).
+REQUIRED_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")
+
+
+def fail(what: str, found: str, required: str, fix: str) -> None:
+    print(f"docker/slim.py: {what}\n  found: {found}\n  required: {required}\n  fix: {fix}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(Path(path).read_text())
+    return spec
+
+
+def tree_bytes(path: Path) -> int:
+    if path.is_symlink() or path.is_file():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def dist_bytes(name: str) -> int:
+    files = importlib.metadata.distribution(name).files or []
+    return sum(p.stat().st_size for p in (Path(f.locate()) for f in files) if p.is_file())
+
+
+def remove(spec: dict[str, Any]) -> None:
+    names = [d["name"] for d in spec["distributions"]]
+    missing = []
+    for name in names:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        fail(
+            "docker/slim.json names distributions the lock did not install",
+            ", ".join(missing),
+            "every listed distribution installed by docker/requirements.lock",
+            "drop them from docker/slim.json (a pin changed), after checking the serving path still imports",
+        )
+    freed = {name: dist_bytes(name) for name in names}
+    paths = [SITE / p["path"] for p in spec["paths"]]
+    absent = [str(p) for p in paths if not (p.exists() or p.is_symlink())]
+    if absent:
+        fail(
+            "docker/slim.json names paths the installed packages do not have",
+            ", ".join(absent),
+            "each listed path present in the venv",
+            "update docker/slim.json for the pinned versions",
+        )
+    for path in paths:
+        freed[str(path.relative_to(SITE))] = tree_bytes(path)
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *names], check=True)
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    # pip leaves the folders of a removed package behind when they held files it did not install (bytecode, empty
+    # subfolders); an empty folder still imports as a namespace package, so it goes when no file is left in it.
+    for module in sorted({m for d in spec["distributions"] for m in d["modules"]}):
+        folder = SITE / module
+        if folder.is_dir() and not folder.is_symlink() and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder)
+    left = [n for n in names if _installed(n)] + [str(p) for p in paths if p.exists() or p.is_symlink()]
+    if left:
+        fail(
+            "removal left things behind",
+            ", ".join(left),
+            "none of docker/slim.json's entries installed",
+            "read pip's output above",
+        )
+    for what, size in sorted(freed.items(), key=lambda kv: -kv[1]):
+        print(f"  removed {size / 1e6:8.1f} MB  {what}")
+    print(
+        f"docker/slim.py: removed {len(names)} distributions and {len(paths)} paths, {sum(freed.values()) / 1e9:.2f} GB"
+    )
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
+    """Import what serving imports, make vLLM's T4 decisions, build the OpenAI app; fail on the first error."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    for name, switch in spec["switches"].items():
+        os.environ[name] = switch["value"]
+    stand_in_t4()
+    imported: list[str] = []
+    for step, modules in SERVING_MODULES.items():
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # any failure to import is the finding: report it whole
+                fail(
+                    f"the serving path no longer imports ({step}: {module})",
+                    f"{type(exc).__name__}: {exc}",
+                    "every module serving imports after the engine starts",
+                    "restore the package it needs (remove it from docker/slim.json) or set the vLLM switch "
+                    "that avoids it",
+                )
+            imported.append(module)
+    try:
+        decisions = runtime_decisions()
+    except Exception as exc:  # a decision that cannot even be made is the finding
+        fail(
+            "vLLM's runtime choices on a T4 fail in the slimmed venv",
+            f"{type(exc).__name__}: {exc}",
+            "the sampler built and the kernel chosen without a removed package",
+            "set the vLLM switch that avoids the removed package (docker/slim.json switches) or keep the package",
+        )
+    routes = build_app_routes()
+    lacking = [r for r in REQUIRED_ROUTES if r not in routes]
+    if lacking:
+        fail(
+            "the OpenAI server app lacks routes",
+            ", ".join(lacking),
+            ", ".join(REQUIRED_ROUTES),
+            "read vllm/entrypoints/launchers/api_server/routers.py for what registers them",
+        )
+    import vllm
+    import vllm.envs as envs
+
+    return {
+        "vllm_version": vllm.__version__,
+        "python": sys.version.split()[0],
+        "modules": imported,
+        "routes": sorted(routes),
+        "decisions_on_t4": decisions,
+        "switches_as_vllm_reads_them": {name: str(getattr(envs, name)) for name in spec["switches"]},
+        "top_level_at_start": sorted(STARTUP),
+        "top_level_imported": sorted({name.split(".")[0] for name in sys.modules} - STARTUP),
+    }
+
+
+def prove(spec: dict[str, Any], record: Path) -> None:
+    removed_modules = sorted({m for d in spec["distributions"] for m in d["modules"]})
+    # A removed module must not even be findable: a stray .pth or namespace folder would hide a half-removal.
+    findable = [m for m in removed_modules if importlib.util.find_spec(m) is not None]
+    if findable:
+        fail(
+            "removed packages are still importable",
+            ", ".join(findable),
+            "none of them importable",
+            "check docker/slim.json's module names against the distributions' top_level.txt",
+        )
+    data = walk_serving_path(spec)
+    leaked = sorted(m for m in removed_modules if m in sys.modules)
+    if leaked:
+        fail("removed modules appear in sys.modules", ", ".join(leaked), "none", "read the import chain")
+    data.update(schema=1, removed_modules=removed_modules)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(record)
+    print(
+        f"docker/slim.py: the serving path imports ({len(data['modules'])} modules, "
+        f"{len(data['top_level_imported'])} top-level packages, {len(data['routes'])} routes); record {record}"
+    )
+
+
+def stand_in_t4() -> None:
+    """Make vLLM import as it does on a T4, without a GPU, so the proof follows the CUDA branches vLLM takes at import
+    (`if current_platform.is_cuda(): from ... import ...`) instead of the GPU-less ones.
+
+    vLLM's compiled extensions link libcuda.so.1, which only the container toolkit provides at run time: each becomes
+    an empty module here, after checking its library is in the image (none of them is ever slimmed). The platform is
+    vLLM's CUDA platform with the device queries answered for a T4 (capability 7.5, 15,360 MiB), as
+    tests/oracle/kv_oracle.py does; the cutlass capability probes answer as on a T4.
+    """
+    for name, rel in CUDA_EXTENSIONS.items():
+        if not (SITE / rel).is_file():
+            fail(
+                "a vLLM CUDA extension is missing",
+                str(SITE / rel),
+                "the library the vllm wheel installs",
+                "never slim vLLM's own extensions; restore the path in docker/slim.json",
+            )
+        sys.modules[name] = types.ModuleType(name)
+    import vllm.platforms
+    from vllm.platforms.cuda import NonNvmlCudaPlatform
+    from vllm.platforms.interface import DeviceCapability
+
+    class T4Platform(NonNvmlCudaPlatform):  # type: ignore[misc]
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(7, 5)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return "Tesla T4"
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return 15360 * 1024**2
+
+    vllm.platforms.current_platform = T4Platform()
+    # The cutlass capability probes vLLM calls while importing the worker live in the stubbed extension; on a T4 they
+    # answer False (fp8 and block-fp8 cutlass need capability 8.9 / 9.0).
+    import vllm._custom_ops as ops
+
+    for probe in CUTLASS_PROBES:
+        setattr(ops, probe, lambda *args, **kwargs: False)
+    # Their kernels are looked up in torch.ops when later modules import (for example torch.ops._C.rotary_embedding):
+    # with the libraries not loaded each becomes a placeholder that raises if called; importing calls none. Installed
+    # after vllm._custom_ops, which asks torch.ops whether an op exists before registering its fake.
+    import torch._ops
+
+    original = torch._ops._OpNamespace.__getattr__
+
+    def lookup(namespace: Any, name: str) -> Any:
+        try:
+            return original(namespace, name)
+        except AttributeError:
+            if namespace.name in OP_NAMESPACES and not name.startswith("__"):
+                return MissingKernel(f"torch.ops.{namespace.name}.{name}")
+            raise
+
+    torch._ops._OpNamespace.__getattr__ = lookup
+
+
+class MissingKernel:
+    """A kernel of a stubbed CUDA extension: raises when called (importing calls none)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"docker/slim.py: kernel {self.name} is not loaded (no GPU at build time)")
+
+    def __getattr__(self, attr: str) -> MissingKernel:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return MissingKernel(f"{self.name}.{attr}")
+
+
+def runtime_decisions() -> dict[str, object]:
+    """The choices vLLM makes once the engine runs on a T4, made here on the stand-in: the sampler it builds (which
+    would import FlashInfer without VLLM_USE_FLASHINFER_SAMPLER=0), whether FlashInfer and DeepGEMM count as present,
+    and the W4A16 kernel for the QAT checkpoint's linear layers (Marlin, not the removed humming kernels)."""
+    import torch
+    from vllm.model_executor.kernels.linear import choose_mp_linear_kernel
+    from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearLayerConfig
+    from vllm.scalar_type import scalar_types
+    from vllm.utils.deep_gemm import is_deep_gemm_supported
+    from vllm.utils.flashinfer import has_flashinfer
+    from vllm.v1.sample.ops.topk_topp_sampler import flashinfer_sampler_supported
+    from vllm.v1.sample.sampler import Sampler
+
+    Sampler()
+    w4a16 = MPLinearLayerConfig(
+        full_weight_shape=(2048, 2048),
+        partition_weight_shape=(2048, 2048),
+        weight_type=scalar_types.uint4b8,
+        act_type=torch.float16,
+        group_size=128,
+        zero_points=False,
+    )
+    decisions: dict[str, object] = {
+        "flashinfer_sampler": flashinfer_sampler_supported(),
+        "has_flashinfer": has_flashinfer(),
+        "deep_gemm": is_deep_gemm_supported(),
+        "w4a16_kernel": choose_mp_linear_kernel(w4a16, compute_capability=75).__name__,
+    }
+    expected = {
+        "flashinfer_sampler": False,
+        "has_flashinfer": False,
+        "deep_gemm": False,
+        "w4a16_kernel": "MarlinLinearKernel",
+    }
+    if decisions != expected:
+        fail(
+            "vLLM decides differently on a T4 than the slimmed image allows",
+            json.dumps(decisions),
+            json.dumps(expected),
+            "set the vLLM switch docker/slim.json names for the differing choice",
+        )
+    return decisions
+
+
+def build_app_routes() -> set[str]:
+    """The paths on the FastAPI app `vllm serve` builds for a generate model, with the server's own argument parser."""
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.entrypoints.launchers.app import build_app
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", "google/gemma-4-E2B-it"])
+    app = build_app(args, supported_tasks=("generate",))
+    return {path for route in app.routes if isinstance(path := getattr(route, "path", None), str)}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) == 2 and argv[0] == "remove":
+        remove(load_spec(argv[1]))
+    elif len(argv) == 3 and argv[0] == "prove":
+        prove(load_spec(argv[1]), Path(argv[2]))
+    elif len(argv) == 2 and argv[0] == "imports":
+        print(json.dumps(walk_serving_path(load_spec(argv[1])), sort_keys=True))
+    else:
+        fail("bad arguments", " ".join(argv), "remove SPEC | prove SPEC RECORD | imports SPEC", "see the docstring")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,119 @@
+"""The slimmed image against docker/slim.json: every removal holds, the vLLM switches are in the image's environment
+and vLLM reads them, the build's import proof ran over the serving path and recorded it, and every library torch
+links still resolves (only the driver's libcuda.so.1, which the container toolkit injects, may be missing here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import REPO, RunInImage
+
+pytestmark = pytest.mark.image
+
+SPEC: dict[str, Any] = json.loads((REPO / "docker" / "slim.json").read_text())
+SITE = "/opt/venv/lib/python3.13/site-packages"
+# What the proof must have imported: one module per step of serving after the engine starts.
+PROVEN = (
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.sample.sampler",
+    "vllm.v1.structured_output.backend_xgrammar",
+    "vllm.v1.structured_output.backend_guidance",
+    "xgrammar",
+    "llguidance",
+    "vllm.tokenizers.hf",
+    "transformers.models.gemma4.processing_gemma4",
+    "vllm.entrypoints.openai.chat_completion.serving",
+    "vllm.entrypoints.launchers.app",
+    "vllm.model_executor.models.gemma4_mm",
+    "vllm.v1.attention.backends.triton_attn",
+)
+
+
+def test_removed_distributions_paths_and_modules_are_gone(run_in_image: RunInImage) -> None:
+    code = (
+        "import importlib.metadata as md, importlib.util as u, json, os\n"
+        f"spec = json.loads({json.dumps(SPEC)!r})\n"
+        "def installed(n):\n"
+        "    try:\n"
+        "        md.distribution(n)\n"
+        "    except md.PackageNotFoundError:\n"
+        "        return False\n"
+        "    return True\n"
+        "print(json.dumps({\n"
+        "    'distributions': [d['name'] for d in spec['distributions'] if installed(d['name'])],\n"
+        f"    'paths': [p['path'] for p in spec['paths'] if os.path.lexists({SITE!r} + '/' + p['path'])],\n"
+        "    'modules': sorted({m for d in spec['distributions'] for m in d['modules'] if u.find_spec(m)}),\n"
+        "}))"
+    )
+    out = run_in_image("-c", code, entrypoint="python3")
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"distributions": [], "paths": [], "modules": []}
+
+
+def test_switches_are_in_the_image_environment(image_config: dict[str, Any]) -> None:
+    env = dict(item.split("=", 1) for item in image_config["Env"])
+    assert {name: env.get(name) for name in SPEC["switches"]} == {
+        name: switch["value"] for name, switch in SPEC["switches"].items()
+    }
+    assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+
+
+def test_vllm_reads_the_switches(run_in_image: RunInImage) -> None:
+    names = sorted(SPEC["switches"])
+    code = f"import json, vllm.envs as e; print(json.dumps({{n: str(getattr(e, n)) for n in {names!r}}}))"
+    out = run_in_image("-c", code, entrypoint="python3", timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["VLLM_USE_FLASHINFER_SAMPLER"] == "False"
+    assert seen["VLLM_USE_DEEP_GEMM"] == "False"
+    assert seen["VLLM_VIDEO_LOADER_BACKEND"] == "opencv"
+
+
+def test_the_build_import_proof_ran_over_the_serving_path(run_in_image: RunInImage) -> None:
+    out = run_in_image("/etc/t4serve/import-proof.json", entrypoint="cat")
+    assert out.returncode == 0, f"no import proof in the image: {out.stderr}"
+    proof = json.loads(out.stdout)
+    assert proof["vllm_version"] == "0.33.0"
+    assert set(PROVEN) <= set(proof["modules"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(proof["routes"])
+    assert proof["decisions_on_t4"] == {
+        "flashinfer_sampler": False,
+        "has_flashinfer": False,
+        "deep_gemm": False,
+        "w4a16_kernel": "MarlinLinearKernel",
+    }
+    removed = {m for d in SPEC["distributions"] for m in d["modules"]}
+    assert proof["removed_modules"] == sorted(removed)
+    assert not removed & set(proof["top_level_imported"])
+    assert {"vllm", "torch", "triton", "xgrammar", "llguidance", "fastapi"} <= set(proof["top_level_imported"])
+
+
+def test_every_library_torch_links_resolves(run_in_image: RunInImage) -> None:
+    """ldd over torch's own libraries (their RUNPATH reaches the NVIDIA wheels' folders): nothing the slim step
+    deleted may be among what they need, transitively."""
+    script = f'for f in {SITE}/torch/lib/*.so*; do ldd "$f" | sed "s|^|$(basename "$f"): |"; done'
+    out = run_in_image("-c", script, entrypoint="bash")
+    assert out.returncode == 0, out.stderr[-4000:]
+    missing = sorted(
+        {line.split(":")[0] + ": " + line.split()[1] for line in out.stdout.splitlines() if "not found" in line}
+    )
+    assert missing == ["libcaffe2_nvrtc.so: libcuda.so.1"], missing
+    resolved = {
+        Path(line.split("=>")[1].split()[0]).name
+        for line in out.stdout.splitlines()
+        if "=>" in line and "not found" not in line
+    }
+    assert {
+        "libcudart.so.13",
+        "libcublasLt.so.13",
+        "libcudnn.so.9",
+        "libnccl.so.2",
+        "libcusolver.so.12",
+        "libnvrtc.so.13",
+        "libcusparseLt.so.0",
+        "libnvshmem_host.so.3",
+    } <= resolved

@@ -53,7 +53,14 @@ FIXED_FLAGS: dict[str, str] = {
 
 # Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
 REFUSED_FLAG_VALUES: dict[str, dict[str, str]] = {
-    "--load-format": {"dummy": "--load-format dummy serves random weights: t4serve's canary and sizing need real ones"},
+    "--load-format": {
+        "dummy": "--load-format dummy serves random weights: t4serve's canary and sizing need real ones",
+        # docker/slim.json: the image leaves their packages out; vLLM would fail at load with an ImportError.
+        "fastsafetensors": "the image leaves fastsafetensors out (docker/slim.json); the default safetensors loader "
+        "reads the same files",
+        "instanttensor": "the image leaves instanttensor out (docker/slim.json); the default safetensors loader reads "
+        "the same files",
+    },
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_here import serve_until_supervisord
 
 from t4serve.cli import main
 from t4serve.commands import serve
@@ -33,32 +34,10 @@ def test_child_environment_gets_vllm_api_key_and_leaves_the_caller_alone(tmp_pat
 def test_serve_hands_the_key_to_supervisord_in_its_environment_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for var in VARIABLES:
-        monkeypatch.delenv(var.name, raising=False)
-    monkeypatch.delenv("VLLM_API_KEY", raising=False)
     key_file = tmp_path / "api_key"
     key_file.write_text(API_KEY + "\n")
-    state_dir = tmp_path / "state"
-    for name, value in {
-        "T4SERVE_API_KEY_FILE": str(key_file),
-        "HF_TOKEN": TOKEN,
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "T4SERVE_PREFLIGHT": "warn",
-        "T4SERVE_MANIFEST": str(tmp_path / "no-manifest.json"),
-        "T4SERVE_STATE_DIR": str(state_dir),
-        "T4SERVE_CACHE_DIR": str(tmp_path / "cache"),
-        "TMPDIR": str(tmp_path),
-    }.items():
-        monkeypatch.setenv(name, value)
-    started: dict[str, Any] = {}
-
-    def record(argv: list[str], state: Path, env: dict[str, str]) -> int:
-        started.update(argv=argv, env=env)
-        return 0
-
-    monkeypatch.setattr(serve.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(serve.pid1, "run", record)
+    state_dir, started = serve_until_supervisord(
+        tmp_path, monkeypatch, {"T4SERVE_API_KEY_FILE": str(key_file), "HF_TOKEN": TOKEN})
     assert main(["serve"]) == 0
     out, err = capsys.readouterr()
     assert started["env"]["VLLM_API_KEY"] == API_KEY and started["env"]["HF_TOKEN"] == TOKEN

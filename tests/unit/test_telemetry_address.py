@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from sample_facts import t4, with_host
+from serve_here import serve_until_supervisord
 
 from t4serve.cli import main
-from t4serve.commands import serve
 from t4serve.errors import ConfigError
 from t4serve.pipeline import ensure_model, listen_ports, prepare
 from t4serve.plan import plan
 from t4serve.preflight import Finding, check_telemetry
-from t4serve.settings import VARIABLES, Settings
+from t4serve.settings import Settings
 
 BASE_ENV = {"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": "hf_testtoken"}
 
@@ -98,23 +98,8 @@ def test_preflight_fails_a_plan_whose_telemetry_takes_the_api_port_or_a_bad_addr
 def test_serve_renders_the_plans_address_into_supervisord_conf(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for var in VARIABLES:
-        monkeypatch.delenv(var.name, raising=False)
-    state_dir = tmp_path / "state"
-    for name, value in {
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "T4SERVE_PREFLIGHT": "warn",
-        "T4SERVE_MANIFEST": str(tmp_path / "no-manifest.json"),
-        "T4SERVE_STATE_DIR": str(state_dir),
-        "T4SERVE_CACHE_DIR": str(tmp_path / "cache"),
-        "T4SERVE_TELEMETRY_HOST": "127.0.0.1",
-        "T4SERVE_TELEMETRY_PORT": "9555",
-        "TMPDIR": str(tmp_path),
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(serve.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(serve.pid1, "run", lambda argv, state, env: 0)
+    state_dir, _ = serve_until_supervisord(
+        tmp_path, monkeypatch, {"T4SERVE_TELEMETRY_HOST": "127.0.0.1", "T4SERVE_TELEMETRY_PORT": "9555"})
     assert main(["serve"]) == 0
     out = capsys.readouterr().out
     assert "telemetry:         /metrics on 127.0.0.1:9555" in out

@@ -93,3 +93,33 @@ def test_the_cause_is_found_above_a_long_traceback() -> None:
     lines += [f"(APIServer pid=1)   File \"x.py\", line {i}, in f" for i in range(70)]
     found = diagnose(lines, 1, "profiling")
     assert found is not None and found.name == "cuda_oom"
+
+
+def test_the_removed_module_list_is_slim_json_s() -> None:
+    import json
+    from pathlib import Path
+
+    from t4serve.supervise.diagnose import REMOVED_FROM_IMAGE
+
+    slim = json.loads((Path(__file__).resolve().parents[2] / "docker" / "slim.json").read_text())
+    modules = {m for d in slim["distributions"] for m in d.get("modules", [])}
+    assert set(REMOVED_FROM_IMAGE) == modules
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ModuleNotFoundError: No module named 'flashinfer'",
+        "(EngineCore pid=12) ModuleNotFoundError: No module named 'numba.core'",
+        "ImportError: No module named 'fastsafetensors'",
+    ],
+)
+def test_a_package_the_image_left_out_is_named_with_what_asked_for_it(line: str) -> None:
+    found = diagnose(["Traceback (most recent call last):", line], 1, "loading_weights")
+    assert found is not None and found.name == "removed_from_image"
+    assert "VLLM_USE_FLASHINFER_SAMPLER=1" in found.fix and found.evidence == line
+
+
+def test_another_missing_module_is_not_blamed_on_the_slimming() -> None:
+    found = diagnose(["ModuleNotFoundError: No module named 'flashinfer_extra_thing_x'"], 1, "starting")
+    assert found is None or found.name != "removed_from_image"

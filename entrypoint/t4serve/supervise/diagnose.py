@@ -33,7 +33,24 @@ class _Rule:
     fix: str
 
 
+# Top-level modules the image leaves out (docker/slim.json's distributions; a unit test keeps the two equal). A vLLM
+# path that imports one was reached by a setting or flag a T4 serve does not need.
+REMOVED_FROM_IMAGE = (
+    "PyNvVideoCodec", "b12x", "cudnn", "cutile_cache", "cutlass", "fastsafetensors", "flashinfer", "humming",
+    "instanttensor", "llvmlite", "nccl", "numba", "nvidia_cutlass_dsl", "quack", "tilelang", "tokenspeed_mla",
+    "tokenspeed_triton", "z3",
+)  # fmt: skip
+
 _RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "removed_from_image",
+        re.compile(r"No module named '(?:" + "|".join(map(re.escape, REMOVED_FROM_IMAGE)) + r")(?:'|\.)"),
+        "vLLM imported a package the t4serve image leaves out (docker/slim.json): a setting or flag took a path a "
+        "Gemma 4 serve on a T4 does not need",
+        "remove what asked for it: VLLM_USE_FLASHINFER_SAMPLER=1 or VLLM_USE_DEEP_GEMM=1 in the environment, "
+        "--load-format fastsafetensors/instanttensor, or n-gram speculative decoding in T4SERVE_VLLM_ARGS; "
+        "docs/image.md lists what the image leaves out and why",
+    ),
     _Rule(
         "clamp_missing",
         # triton/runtime/errors.py OutOfResources: "out of resource: shared memory, Required: N, Hardware limit: 65536"

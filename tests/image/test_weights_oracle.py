@@ -18,6 +18,7 @@ from t4serve import sizing
 from t4serve.aliases import MODEL_ALIASES
 from t4serve.checkpoint import builtin_facts, probe_model
 from t4serve.facts import ModelFacts
+from t4serve.units import GIB
 
 from .conftest import REPO
 from .test_kv_oracle import E2B
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.image
 # Importing vLLM and building the model takes about 15 s per checkpoint on two cores.
 ORACLE_TIMEOUT_S = 300
 DTYPE_BYTES = 2  # --dtype float16 on a T4
-GIB = 1024**3
 # What vLLM creates in a part beyond the checkpoint's tensors, all constants no checkpoint holds: the parameter-free
 # v_norm's weight of ones (15 layers, 9 KiB), scalar buffers (layer_scalar, the attention layers' KV/q scales, the
 # towers' inv_freq and timescales). Measured: at most 10,058 B per part. 16 KiB still catches any lost or extra

@@ -13,9 +13,7 @@ from typing import Any
 from t4serve.aliases import BF16_REPO, QAT_REPO
 from t4serve.checkpoint import probe_model
 from t4serve.facts import BuildManifest, ClampProof, DiskFacts, Facts, GpuDevice, GpuFacts, HostFacts, ModelFacts
-
-MIB = 2**20
-GIB = 2**30
+from t4serve.units import GIB, MIB
 
 T4 = GpuDevice(
     index=0,

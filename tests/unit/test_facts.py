@@ -14,9 +14,8 @@ import pytest
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
 from t4serve.serde import to_dict
+from t4serve.units import GIB, MIB
 
-MIB = 2**20
-GIB = 2**30
 SHIPPED = ("t4-published.json", "no-gpu.json")
 
 

@@ -29,9 +29,9 @@ from t4serve.hostcheck import (
 from t4serve.preflight import IMAGE_BYTES
 from t4serve.serde import to_dict
 from t4serve.settings import Settings
+from t4serve.units import GIB
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 2**30
 
 
 @pytest.fixture

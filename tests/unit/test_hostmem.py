@@ -5,9 +5,7 @@ from __future__ import annotations
 from t4serve import hostmem
 from t4serve.checkpoint import probe_model
 from t4serve.facts import HostFacts, ModelFacts, TensorGroup
-
-GIB = 1024**3
-MIB = 1024**2
+from t4serve.units import GIB, MIB
 
 
 def model(total: int, files: int = 1) -> ModelFacts:

@@ -12,8 +12,7 @@ import pytest
 
 from t4serve.probes import gpu as gpu_probe
 from t4serve.probes.gpu import cuda_version_tuple, probe_gpu
-
-MIB = 1024 * 1024
+from t4serve.units import MIB
 
 
 class FakeNvmlError(Exception):

@@ -32,9 +32,9 @@ from t4serve.probes.host import (
     read_mountinfo,
 )
 from t4serve.settings import Settings
+from t4serve.units import GIB
 
 DATA = Path(__file__).parent / "data" / "probes"
-GIB = 2**30
 
 
 def scenario(name: str) -> tuple[str, str]:

@@ -13,8 +13,8 @@ from t4serve.checkpoint import probe_model
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS
+from t4serve.units import GIB
 
-GIB = 1024**3
 T4 = KNOWN_GPUS["t4"]
 PUBLISHED_POOL = 30_934 * 98_304  # the pool behind the logged 315,974 tokens (test_kvcache)
 

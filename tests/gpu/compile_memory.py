@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from realserve import GIB, Server, complete, peak_reserved, random_prompt, vllm_version, write_json
+from realserve import Server, complete, peak_reserved, random_prompt, vllm_version, write_json
+
+from t4serve.units import GIB
 
 # name -> (checkpoint kind, T4SERVE_COMPILE): each rung of t4serve's compile ladder (t4serve.compilation), fixed.
 CONFIGS: dict[str, tuple[str, str]] = {

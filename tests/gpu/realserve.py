@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MIB = 1024**2
-GIB = 1024**3
+from t4serve.supervise.run_vllm import descendants, kill_tree
+from t4serve.units import MIB
+
 T4_MEMORY_BYTES = 15360 * MIB
 HERE = Path(__file__).resolve().parent
 PROBE_HOOK = HERE / "probe_hook"
@@ -97,30 +98,8 @@ class Ballast:
 # --- processes -----------------------------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command may hold spaces and parentheses: ppid is the second field after the last ')'.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            kids.append(int(entry))
-    return kids
-
-
 def process_tree(root: int) -> list[int]:
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += _children(pid)
-    return out
+    return [root, *descendants(root)]
 
 
 def comm(pid: int) -> str:
@@ -272,12 +251,9 @@ class Server:
             return
         # The tree first: once serve dies, vLLM's engine core is re-parented to init and would hold its GPU memory
         # on (seen on the GPU host: six 14 GB engine cores outlived a measurement and starved the next test).
-        tree = process_tree(self.proc.pid)
+        kill_tree(self.proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(30)
 

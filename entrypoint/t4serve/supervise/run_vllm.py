@@ -185,12 +185,21 @@ class Wrapper:
         env.setdefault("VLLM_LOGGING_COLOR", "0")
         return env
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+    def _begin_stop(self, reason: str | None = None) -> bool:
+        """Enter `stopping` once (False if already there), with `reason` in the state when given. Through the
+        tracker, so _on_exit sees a stop (not a death) and later log lines cannot move the phase back."""
         if self.stopping.is_set():
-            return
+            return False
         self.stopping.set()
-        # Through the tracker, so _on_exit sees a stop (not a death) and later log lines cannot move the phase back.
+        if reason is not None:
+            with self.lock:
+                self.state = replace(self.state, reason=reason)
         self.tracker.advance("stopping", time.time())
+        return True
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if not self._begin_stop():
+            return
         self.say(
             f"received {signal.Signals(signum).name}; passing SIGTERM to vLLM, which drains in-flight requests for up "
             f"to {self.spec.shutdown_timeout} s"
@@ -209,12 +218,8 @@ class Wrapper:
     def _stop_given_up(self, reason: str) -> None:
         """The listener gave up while this attempt was starting: supervisord restarted vLLM just before it was told
         to end, and a stop signal sent while it spawns us can be lost. Stop vLLM ourselves, at once."""
-        if self.stopping.is_set():
+        if not self._begin_stop(f"t4serve gave up: {reason}"):
             return
-        self.stopping.set()
-        with self.lock:
-            self.state = replace(self.state, reason=f"t4serve gave up: {reason}")
-        self.tracker.advance("stopping", time.time())
         self.say(f"the listener gave up ({reason}); stopping this attempt")
         child = self.child
         if child is None or child.poll() is not None:
@@ -295,9 +300,7 @@ class Wrapper:
             signal.signal(sig, self._on_signal)
         reason = self._given_up()
         if reason is not None:
-            with self.lock:
-                self.state = replace(self.state, reason=f"t4serve gave up: {reason}")
-            self.tracker.advance("stopping", time.time())
+            self._begin_stop(f"t4serve gave up: {reason}")
             self.say(f"not starting vLLM: the listener gave up ({reason}) and supervisord is ending")
             return 0
         self._announce()

@@ -475,7 +475,7 @@ def _run_model(
     record: Callable[[Run], None],
     api_key: str | None = None,
 ) -> None:
-    runs: list[Run] = []
+    done = 0  # cells of this model recorded so far
     try:
         with contextlib.ExitStack() as stack:
             if server is not None:
@@ -488,19 +488,17 @@ def _run_model(
             name = served_model_name(url, api_key=api_key)
             for cell in cells:
                 run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key)
-                runs.append(run)
                 record(run)
+                done += 1
                 outcome = run.error or (
                     f"{run.figures.output_throughput:.2f} tok/s, {run.figures.failed} failed" if run.figures else "?"
                 )
                 progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", outcome)
     except T4ServeError as exc:
         # The server never served: every remaining cell of this model is a failed run, shown, not dropped.
-        for cell in cells[len(runs) :]:
-            run = cell_run(opts, model, cell, raw_file=None, figures=None, error=exc.what,
-                           telemetry=Telemetry(samples=0, error="server not running"))
-            runs.append(run)
-            record(run)
+        for cell in cells[done:]:
+            record(cell_run(opts, model, cell, raw_file=None, figures=None, error=exc.what,
+                            telemetry=Telemetry(samples=0, error="server not running")))
             progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", f"FAILED: {exc.what}")
         progress.stream.write(f"{model}: {exc.message()}\n")
 

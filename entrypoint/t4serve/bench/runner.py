@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from t4serve.atomic import write_atomic
 from t4serve.bench import grid, report
 from t4serve.bench.results import (
     RUNS_SCHEMA,
@@ -505,7 +506,7 @@ def _run_model(
 
 def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:
     write_runs(folder, runs_file)
-    (folder / "runs.csv").write_text(report.runs_csv(runs_file.runs), encoding="utf-8")
+    write_atomic(folder / "runs.csv", report.runs_csv(runs_file.runs))
     plots: list[str] = []
     plot_error: ConfigError | None = None
     try:
@@ -514,7 +515,7 @@ def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:
         plots = write_plots(folder, runs_file)
     except ConfigError as exc:
         plot_error = exc
-    (folder / "report.md").write_text(report.markdown(runs_file, plots), encoding="utf-8")
+    write_atomic(folder / "report.md", report.markdown(runs_file, plots))
     out.write(f"results in {folder}: report.md, runs.csv, runs.json, raw/, {', '.join(plots) or 'no plots'}\n")
     if plot_error is not None:
         raise plot_error

@@ -172,3 +172,11 @@ def test_a_hostile_result_file_is_a_config_error_not_a_traceback(tmp_path: Path,
     with pytest.raises(ConfigError) as caught:
         read_result(path)
     assert found in caught.value.found
+
+
+def test_raw_name_reads_back_what_raw_name_wrote() -> None:
+    from t4serve.bench.grid import Cell
+    from t4serve.bench.results import RAW_NAME, raw_name
+
+    m = RAW_NAME.match(raw_name("google/gemma-4-E2B-it", Cell(4096, 16, 3)))
+    assert m is not None and (m["model"], m["input"], m["c"], m["r"]) == ("google_gemma-4-E2B-it", "4096", "16", "3")

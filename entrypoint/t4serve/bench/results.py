@@ -181,6 +181,12 @@ def write_runs(folder: Path, runs_file: RunsFile) -> Path:
     return path
 
 
+def raw_name(model: str, cell: Cell) -> str:
+    """The file in raw/ that holds one run's `vllm bench serve` result; RAW_NAME reads it back."""
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+    return f"{label}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
+
+
 RAW_NAME = re.compile(r"^(?P<model>.+)_in(?P<input>\d+)_c(?P<c>\d+)_r(?P<r>\d+)\.json$")
 
 

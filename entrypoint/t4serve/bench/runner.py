@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import datetime
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -34,6 +33,7 @@ from t4serve.bench.results import (
     RunFigures,
     RunsFile,
     Telemetry,
+    raw_name,
     read_result,
     write_runs,
 )
@@ -65,11 +65,6 @@ class BenchOptions:
     ready_timeout_s: float = 1800.0
     cell_timeout_s: float = 3600.0
     telemetry_interval_s: float = 0.5
-
-
-def raw_name(model: str, cell: grid.Cell) -> str:
-    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
-    return f"{label}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
 
 
 def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:

@@ -54,8 +54,9 @@ def test_serve_hands_the_key_to_supervisord_in_its_environment_only(
 def test_an_earlier_runs_state_is_gone_before_the_probes_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A state folder that outlived its container (an emptyDir across a container restart) held "ready": status must
-    not read it as this run's while serve probes the machine, and a preflight failure must not leave it behind."""
+    """A state folder that outlived its container (an emptyDir across a container restart) held "ready" and the old
+    listener's exit request: status must not read the state as this run's while serve probes the machine, and
+    neither may survive a preflight failure."""
     from t4serve import pipeline
 
     for var in VARIABLES:
@@ -63,6 +64,7 @@ def test_an_earlier_runs_state_is_gone_before_the_probes_run(
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "state.json").write_text('{"phase": "ready"}')
+    (state_dir / "exit-request.json").write_text('{"code": 1, "reason": "an earlier run gave up", "requested_at": 1}')
     monkeypatch.setenv("T4SERVE_STATE_DIR", str(state_dir))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     seen: list[bool] = []
@@ -76,4 +78,4 @@ def test_an_earlier_runs_state_is_gone_before_the_probes_run(
     main(["serve"])  # on this GPU-less machine preflight fails (strict) before supervisord
     capsys.readouterr()
     assert seen == [False]
-    assert not (state_dir / "state.json").exists()
+    assert not (state_dir / "state.json").exists() and not (state_dir / "exit-request.json").exists()

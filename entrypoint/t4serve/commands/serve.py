@@ -56,10 +56,12 @@ def command(settings: Settings) -> int:
     from t4serve.preflight import format_table, has_failures
 
     started_at = time.time()
-    # An earlier run's state (a state folder that outlived its container, as an emptyDir does across a container
-    # restart) must not be read as this run's while the probes run: absent says "starting" until the new one exists.
-    with contextlib.suppress(OSError):
-        (Path(settings.state_dir) / STATE_FILE).unlink(missing_ok=True)
+    # What an earlier run left in a state folder that outlived its container (as an emptyDir does across a container
+    # restart) must not count for this one: its state would read "ready" while the probes run (absent says
+    # "starting"), and its listener's exit request would decide this run's exit code.
+    for leftover in (STATE_FILE, EXIT_REQUEST_FILE):
+        with contextlib.suppress(OSError):
+            (Path(settings.state_dir) / leftover).unlink(missing_ok=True)
     facts = gather_facts(settings, os.environ)
     plan, findings = prepare(settings, facts)
     _say("preflight:\n" + format_table(findings))
@@ -89,8 +91,6 @@ def command(settings: Settings) -> int:
     state_dir = Path(settings.state_dir)
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # A request left by the listener of an earlier run of this container must not decide this run's exit code.
-        (state_dir / EXIT_REQUEST_FILE).unlink(missing_ok=True)
         spec = run_spec(plan, settings)
         spec_path = write_run_spec(state_dir, spec)
         write_state(state_dir, new_state(spec, started_at=started_at))

@@ -13,17 +13,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import socket
 import tempfile
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 
-from t4serve import __version__
 from t4serve.derived import format_bytes
 from t4serve.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.errors import EngineError
-from t4serve.facts import FACTS_SCHEMA, BuildManifest, Facts, GpuFacts
+from t4serve.facts import BuildManifest, Facts, GpuFacts
 from t4serve.pipeline import probe_settings_model
 from t4serve.preflight import (
     DATA_ROOT_FIX,
@@ -39,6 +36,7 @@ from t4serve.preflight import (
     check_torch_cuda,
     unreadable_disk,
 )
+from t4serve.probes import recorded_now
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
@@ -99,11 +97,7 @@ def host_facts(
     host = probe_host(
         disk_paths={"docker_data_root": info.data_root}, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=()
     )
-    return Facts(
-        schema=FACTS_SCHEMA,
-        t4serve_version=__version__,
-        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        hostname=socket.gethostname(),
+    return recorded_now(
         gpu=host_gpu(environ, nvml),
         host=host,
         manifest=manifest if manifest is not None else image_manifest(engine, image),

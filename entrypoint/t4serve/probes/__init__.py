@@ -11,12 +11,29 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from t4serve import __version__
-from t4serve.facts import FACTS_SCHEMA, Facts, ModelFacts
+from t4serve.facts import FACTS_SCHEMA, BuildManifest, Facts, GpuFacts, HostFacts, ModelFacts
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
 
-__all__ = ["collect_facts", "probe_gpu", "probe_host", "probe_manifest"]
+__all__ = ["collect_facts", "probe_gpu", "probe_host", "probe_manifest", "recorded_now"]
+
+
+def recorded_now(
+    *, gpu: GpuFacts, host: HostFacts, manifest: BuildManifest, model: ModelFacts | None, provenance: str
+) -> Facts:
+    """A Facts record of this machine, now: the schema, t4serve's version, the time and the host name stamped."""
+    return Facts(
+        schema=FACTS_SCHEMA,
+        t4serve_version=__version__,
+        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        gpu=gpu,
+        host=host,
+        manifest=manifest,
+        model=model,
+        provenance=provenance,
+    )
 
 
 def collect_facts(
@@ -34,11 +51,7 @@ def collect_facts(
 ) -> Facts:
     """Probe this machine. `disk_paths` maps a write role ("hf_cache", "compile_cache", "tmp", "state") to the path
     the server writes; `ports` are the (host, port) pairs it will bind; `nvml=None` imports pynvml."""
-    return Facts(
-        schema=FACTS_SCHEMA,
-        t4serve_version=__version__,
-        recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        hostname=socket.gethostname(),
+    return recorded_now(
         gpu=probe_gpu(environ, nvml),
         host=probe_host(
             disk_paths=disk_paths,

@@ -180,3 +180,81 @@ def test_raw_name_reads_back_what_raw_name_wrote() -> None:
 
     m = RAW_NAME.match(raw_name("google/gemma-4-E2B-it", Cell(4096, 16, 3)))
     assert m is not None and (m["model"], m["input"], m["c"], m["r"]) == ("google_gemma-4-E2B-it", "4096", "16", "3")
+
+
+def _sweep_folder(folder: Path, model_throughputs: dict[str, list[tuple[int, int, float]]],
+                  output_len: int = 128, ceiling: float | None = None) -> RunsFile:
+    """A result folder as `t4serve bench` writes it: raw/ files and runs.json, for (input, c, tok/s) per model."""
+    runs = []
+    for model, cells in model_throughputs.items():
+        for input_len, c, throughput in cells:
+            name = f"{model}_in{input_len}_c{c}_r1.json"
+            _raw(folder, name, throughput)
+            runs.append(Run(model, input_len, c, 1, input_len * 10_000 + c * 100 + 1, 8, name,
+                            figures(throughput, 3.0, 35.0, completed=8)))
+    runs_file = RunsFile(1, list(model_throughputs), sorted({i for v in model_throughputs.values() for i, _, _ in v}),
+                         sorted({c for v in model_throughputs.values() for _, c, _ in v}), 1, output_len,
+                         "2026-12-03T16:49:33+00:00", runs, dict.fromkeys(model_throughputs, ceiling))
+    write_runs(folder, runs_file)
+    return runs_file
+
+
+def test_merge_takes_each_model_from_its_own_sweep(tmp_path: Path) -> None:
+    from t4serve.bench.results import Source, merge_runs
+
+    a = _sweep_folder(tmp_path / "a", {"published": [(512, 1, 301.5), (512, 16, 1783.2)],
+                                       "t4serve": [(512, 1, 293.9)]})
+    b = _sweep_folder(tmp_path / "b", {"t4serve": [(512, 1, 290.0), (512, 16, 2010.3)]}, ceiling=1052.7)
+    merged = merge_runs([Source(tmp_path / "a", a, ("published",)), Source(tmp_path / "b", b)])
+    assert merged.models == ["published", "t4serve"] and merged.concurrencies == [1, 16]
+    assert [(r.model, r.concurrency, r.figures.output_throughput if r.figures else None) for r in merged.runs] == [
+        ("published", 1, 301.5), ("published", 16, 1783.2), ("t4serve", 1, 290.0), ("t4serve", 16, 2010.3)]
+    assert merged.planned_runs == 4 and not merged.partial
+    assert merged.ceilings == {"published": None, "t4serve": 1052.7}
+    assert merged.notes[0] == f"published: 2 run(s) from {tmp_path / 'a'} (started 2026-12-03T16:49:33+00:00)"
+
+
+@pytest.mark.parametrize(
+    ("pick_a", "output_len_b", "says"),
+    [
+        (None, 128, "t4serve, input 512, c=1, repeat 1 is in two folders"),
+        (("bf16",), 128, "holds no runs of bf16"),
+        (("published",), 256, "different output lengths"),
+    ],
+)
+def test_merge_refuses_a_cell_twice_a_model_not_there_and_unlike_sweeps(
+    tmp_path: Path, pick_a: tuple[str, ...] | None, output_len_b: int, says: str
+) -> None:
+    from t4serve.bench.results import Source, merge_runs
+
+    a = _sweep_folder(tmp_path / "a", {"published": [(512, 1, 301.5)], "t4serve": [(512, 1, 293.9)]})
+    b = _sweep_folder(tmp_path / "b", {"t4serve": [(512, 1, 290.0)]}, output_len=output_len_b)
+    with pytest.raises(ConfigError, match=says) as caught:
+        merge_runs([Source(tmp_path / "a", a, pick_a), Source(tmp_path / "b", b)])
+    assert caught.value.fix
+
+
+def test_bench_merge_command_writes_one_folder_or_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from t4serve.cli import main
+
+    _sweep_folder(tmp_path / "a", {"published": [(512, 8, 1899.2)], "t4serve": [(512, 8, 1936.5)]})
+    _sweep_folder(tmp_path / "b", {"t4serve": [(512, 8, 1998.9)]})
+    out = tmp_path / "merged"
+    # Both folders hold t4serve at c=8: refused, and nothing is left behind.
+    assert main(["bench", "merge", str(out), str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "is in two folders" in capsys.readouterr().err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    assert main(["bench", "merge", str(out), f"published={tmp_path / 'a'}", str(tmp_path / "b")]) == 0
+    report = (out / "report.md").read_text()
+    assert "| 8 | 1,899.20 | 1,998.90 |" in report and "Partial" not in report
+    assert sorted(p.name for p in (out / "raw").iterdir()) == [
+        "published_in512_c8_r1.json", "published_in512_c8_r1.log",
+        "t4serve_in512_c8_r1.json", "t4serve_in512_c8_r1.log"]
+    assert read_runs(out).models == ["published", "t4serve"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+    # The merged folder is never overwritten, and sources that are not there are named.
+    assert main(["bench", "merge", str(out), str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert main(["bench", "merge", str(tmp_path / "m2"), "t4serve=" + str(tmp_path / "nope"), str(tmp_path / "b")]) == 2
+    assert "neither a result folder nor MODEL=FOLDER" in capsys.readouterr().err
+    assert main(["bench", "merge", str(tmp_path / "m3"), str(tmp_path / "a")]) == 2
+    assert "needs two sources or more" in capsys.readouterr().err

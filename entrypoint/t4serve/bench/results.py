@@ -256,3 +256,79 @@ def _load(path: Path, what: str, required: str, fix: str) -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not a JSON object", found=f"{type(data).__name__} at the top level",
                           required=required, fix=fix)
     return data
+
+
+@dataclass(frozen=True)
+class Source:
+    """One folder a merge takes runs from: every model in it (`models` None), or only the named ones."""
+
+    folder: Path
+    runs_file: RunsFile
+    models: tuple[str, ...] | None = None
+
+
+def merge_runs(sources: list[Source]) -> RunsFile:
+    """Runs from several sweeps as one: a single card can serve one configuration at a time, so a comparison on a T4
+    is two sweeps, one after the other. A cell (model, input, c, repeat) must come from exactly one source, and every
+    source must have used the same output length, or the rows would not be comparable."""
+    taken: dict[tuple[str, int, int, int], Path] = {}
+    runs: list[Run] = []
+    models: list[str] = []
+    ceilings: dict[str, float | None] = {}
+    notes: list[str] = []
+    output_lens: dict[int, Path] = {}
+    for source in sources:
+        rf = source.runs_file
+        wanted = list(source.models) if source.models is not None else list(rf.models)
+        missing = [m for m in wanted if m not in rf.models]
+        if missing:
+            raise ConfigError(
+                f"{source.folder} holds no runs of {', '.join(missing)}",
+                found=f"models in {source.folder}: {', '.join(rf.models) or 'none'}",
+                required="MODEL=FOLDER naming a model that folder's sweep ran",
+                fix=f"use one of {', '.join(rf.models) or '(none)'}, or pass the folder alone to take every model",
+            )
+        output_lens.setdefault(rf.output_len, source.folder)
+        if len(output_lens) > 1:
+            lens = ", ".join(f"{n} tokens in {f}" for n, f in output_lens.items())
+            raise ConfigError(
+                "the sweeps generated different output lengths, so their throughput is not comparable",
+                found=lens, required="one output length in every merged folder",
+                fix="merge only sweeps made with the same --output-len",
+            )
+        for run in rf.runs:
+            if run.model not in wanted:
+                continue
+            key = (run.model, run.input_len, run.concurrency, run.repeat)
+            if key in taken:
+                raise ConfigError(
+                    f"{run.model}, input {run.input_len}, c={run.concurrency}, repeat {run.repeat} is in two folders",
+                    found=f"{taken[key]} and {source.folder}",
+                    required="each model's cell in one merged folder only",
+                    fix=f"take that model from one of them: MODEL=FOLDER (e.g. {run.model}={source.folder})",
+                )
+            taken[key] = source.folder
+            runs.append(run)
+        for model in wanted:
+            if model not in models:
+                models.append(model)
+            if ceilings.get(model) is None:
+                ceilings[model] = rf.ceilings.get(model)
+        count = sum(1 for r in rf.runs if r.model in wanted)
+        why = f"; {rf.interrupted}" if rf.interrupted else ""
+        notes.append(f"{', '.join(wanted)}: {count} run(s) from {source.folder} (started {rf.started}{why})")
+        notes += [f"{source.folder}: {n}" for n in rf.notes]
+    if not runs:
+        raise ConfigError("nothing to merge", found="no runs in the folders given",
+                          required="folders written by `t4serve bench --output DIR`",
+                          fix="pass result folders that hold runs")
+    inputs = sorted({r.input_len for r in runs})
+    concurrencies = sorted({r.concurrency for r in runs})
+    repeats = max(r.repeat for r in runs)
+    runs.sort(key=lambda r: (models.index(r.model), r.input_len, r.concurrency, r.repeat))
+    starts = list(dict.fromkeys(s.runs_file.started for s in sources))
+    return RunsFile(
+        schema=RUNS_SCHEMA, models=models, inputs=inputs, concurrencies=concurrencies, repeats=repeats,
+        output_len=next(iter(output_lens)), started="; ".join(starts), runs=runs, ceilings=ceilings, notes=notes,
+        planned_runs=len(models) * len(inputs) * len(concurrencies) * repeats,
+    )

@@ -1,5 +1,7 @@
 """`t4serve bench`: run the T4 sweep with vLLM's `vllm bench serve` and write tables, plots and raw JSON;
-`t4serve bench compare A B`: two result folders side by side. Output is a folder; progress goes to stderr.
+`t4serve bench compare A B`: two result folders side by side; `t4serve bench merge OUT SOURCE...`: sweeps made one
+after the other as one report; `t4serve bench report DIR`: a folder's report written again. Output is a folder;
+progress goes to stderr.
 Exit 0 when every run measured, 1 when some failed, 6 (BenchError) when none did; the folder is written in each case.
 """
 
@@ -233,3 +235,79 @@ def report_command(folder: Path) -> None:
     runs_file = read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
     write_folder(folder, runs_file, sys.stderr)
     click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)
+
+
+@command.command("merge")
+@click.argument("output", type=click.Path(path_type=Path))
+@click.argument("sources", nargs=-1, required=True)
+def merge_command(output: Path, sources: tuple[str, ...]) -> None:
+    """Sweeps made one after the other (a card serves one configuration at a time) as one report in OUTPUT.
+
+    Each SOURCE is a result folder (every model in it) or MODEL=FOLDER (that model only; MODEL,MODEL=FOLDER for
+    several). A model's cell must come from one folder only. OUTPUT gets raw/, runs.json, runs.csv, report.md and
+    plots, all written before it appears: an error leaves no half-merged folder."""
+    import io
+    import shutil
+    import tempfile
+
+    from t4serve.bench.results import RUNS_FILE, Source, merge_runs, read_runs, runs_from_raw
+    from t4serve.bench.runner import write_folder
+
+    if len(sources) < 2:
+        raise ConfigError("bench merge needs two sources or more", found=" ".join(sources),
+                          required="two result folders, or MODEL=FOLDER pairs",
+                          fix="t4serve bench merge OUT published=DIR_A t4serve=DIR_B")
+    parsed: list[Source] = []
+    for raw in sources:
+        folder, models = _source(raw)
+        runs_file = read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
+        parsed.append(Source(folder, runs_file, models))
+    merged = merge_runs(parsed)
+    existed = output.is_dir()
+    _output_folder(output)  # refuses a folder holding files before anything is written
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.merging-", dir=output.parent))
+    try:
+        (staging / "raw").mkdir()
+        for source in parsed:
+            wanted = source.models or tuple(source.runs_file.models)
+            for run in source.runs_file.runs:
+                if run.model in wanted and run.raw_file:
+                    for name in (run.raw_file, Path(run.raw_file).with_suffix(".log").name):
+                        if (source.folder / "raw" / name).is_file():
+                            shutil.copy2(source.folder / "raw" / name, staging / "raw" / name)
+        plot_error: ConfigError | None = None
+        try:
+            write_folder(staging, merged, io.StringIO())
+        except ConfigError as exc:  # no plots (matplotlib missing): the tables are written, the folder stands
+            plot_error = exc
+        output.rmdir()
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not existed and output.is_dir() and not any(output.iterdir()):
+            output.rmdir()
+        raise
+    click.echo(f"merged {len(merged.runs)} runs of {', '.join(merged.models)} into {output}", err=True)
+    if plot_error is not None:
+        raise plot_error
+    click.echo((output / "report.md").read_text(encoding="utf-8"), nl=False)
+
+
+def _source(raw: str) -> tuple[Path, tuple[str, ...] | None]:
+    """FOLDER, or MODEL[,MODEL]=FOLDER: a path that is a folder wins, so a folder named with '=' still works."""
+    try:
+        check_path(raw, "SOURCE")
+    except Untrusted as exc:
+        raise ConfigError(f"bench merge: {exc.reason}", found=raw[:300], required="a result folder or MODEL=FOLDER",
+                          fix="pass the --output folder of an earlier `t4serve bench` run") from None
+    if Path(raw).is_dir():
+        return Path(raw), None
+    names, eq, folder = raw.partition("=")
+    models = tuple(m.strip() for m in names.split(",") if m.strip())
+    if eq and models and all(_one_word(m) for m in models) and Path(folder).is_dir():
+        return Path(folder), models
+    raise ConfigError(
+        f"bench merge: {raw!r} is neither a result folder nor MODEL=FOLDER with an existing folder",
+        found=raw[:300], required="a folder written by `t4serve bench --output DIR`, or MODEL=FOLDER",
+        fix="check the path; `ls` it to see runs.json and raw/",
+    )

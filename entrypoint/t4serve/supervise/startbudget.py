@@ -14,9 +14,9 @@ from t4serve.supervise import canary
 from t4serve.units import GB
 
 # From serve's start to vLLM's first loading line: preflight's probes, the plan, supervisord, then vLLM's imports, its
-# engine process and Gemma 4's multimodal processor. Measured on the GPU host (16 cores, vLLM 0.26.0): 84 s (bf16)
-# and 87 s (QAT) cold, 50 to 58 s warm (docs/verified/gpu-host-vllm-0.26.0). Budgeted at about twice the cold figure
-# for a T4 VM's 4 to 8 vCPUs and a slow hub answer.
+# engine process and Gemma 4's multimodal processor. Measured on the GPU host (16 cores, vLLM 0.26.0), two sessions:
+# 67 to 87 s cold, 48 to 58 s warm (docs/verified/gpu-host-vllm-0.26.0). Budgeted at about twice the slowest cold
+# figure for a T4 VM's 4 to 8 vCPUs and a slow hub answer.
 STARTING_S = 180.0
 # The slowest download the budget covers: 25 MB/s (200 Mbit/s). Cloud VMs usually fetch from the hub faster; a first
 # start behind a slower link needs a pre-filled cache (HF_HUB_OFFLINE=1) or a longer budget.

@@ -1,11 +1,14 @@
 """How much vLLM compiles, as a ladder of settings from fastest-to-run to cheapest-to-start, and what worked before.
 
-A first start on an empty compile cache needs far more GPU memory than later ones: on the GPU host made a T4 in
-memory, vLLM's default torch.compile died of an out-of-memory before the KV pool existed, where a warm start fitted.
-T4SERVE_COMPILE picks a rung, or `auto` climbs down the ladder: the wrapper starts the rung the cache volume records
-as working for this server (else the first), and after an out-of-memory inside torch.compile it records the next rung,
-so the restart supervisord makes uses it and later starts skip the failure. `choose_rung` is pure; `load_record` and
-`record_outcome` are the only I/O (a JSON file under a lock in T4SERVE_CACHE_DIR, shared by the servers of a host).
+A first start on an empty compile cache can need more GPU memory than later ones: on the GPU host made a T4 in memory, a
+hand-run of vLLM 0.26 (text-only model, pool profiled) died of an out-of-memory inside torch.compile, where a warm start
+fitted. t4serve's own plan with the full model started cold on rung `full` there, 0.02 to 0.18 GiB above its warm peak
+and within a T4's budget (docs/verification.md), so `auto` begins at `full`; the ladder is the way out for a card or
+vLLM version where that does not hold. T4SERVE_COMPILE picks a rung, or `auto` climbs down the ladder: the wrapper
+starts the rung the cache volume records as working for this server (else the first), and after an out-of-memory inside
+torch.compile it records the next rung, so the restart supervisord makes uses it and later starts skip the failure.
+`choose_rung` is pure; `load_record` and `record_outcome` are the only I/O (a JSON file under a lock in
+T4SERVE_CACHE_DIR, shared by the servers of a host).
 """
 
 from __future__ import annotations

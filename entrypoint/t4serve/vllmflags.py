@@ -64,8 +64,53 @@ REFUSED_FLAG_VALUES: dict[str, dict[str, str]] = {
 }
 
 
+# vLLM's CPU n-gram proposer (vllm/v1/spec_decode/ngram_proposer.py) imports numba, which the image leaves out
+# (docker/slim.json): without this check the server would load for minutes and then die of an ImportError. The method
+# may be named as `method` or, in vLLM's older form, as `model`; `ngram_gpu` proposes on the GPU without numba.
+SPECULATIVE_FLAG = "--speculative-config"
+NUMBA_SPECULATIVE_METHODS = ("ngram", "[ngram]")
+NUMBA_SPECULATIVE_WHY = (
+    "must not use n-gram speculative decoding on the CPU (--speculative-config method ngram): its proposer needs "
+    "numba, which the image leaves out (docker/slim.json); vLLM's method ngram_gpu does the same lookup on the GPU "
+    "without it (not measured on a T4)"
+)
+
+
+def refused_speculative(arg: str, following: str | None) -> str | None:
+    """Why a --speculative-config (JSON, `-sc`, or a dotted key such as `--speculative-config.method ngram`) is
+    refused, or None. A value that is not JSON is left to vLLM's own parser, which names it."""
+    name, eq, glued = arg.partition("=")
+    value = glued if eq else following
+    if value is None:
+        return None
+    if name.startswith("--"):
+        base, dot, key = canonical_flag(name).partition(".")
+        if not names_flag(base, SPECULATIVE_FLAG):
+            return None
+        if dot:
+            return NUMBA_SPECULATIVE_WHY if key in ("method", "model") and _numba_method(value) else None
+    elif name != "-sc":
+        return None
+    try:
+        config = untrusted.loads_json(value, "--speculative-config")
+    except untrusted.Untrusted:
+        return None
+    if not isinstance(config, dict):
+        return None
+    method = config.get("method")
+    named = method if method is not None else config.get("model")
+    return NUMBA_SPECULATIVE_WHY if isinstance(named, str) and _numba_method(named) else None
+
+
+def _numba_method(value: str) -> bool:
+    return value.strip().lower() in NUMBA_SPECULATIVE_METHODS
+
+
 def refused_value(arg: str, following: str | None) -> str | None:
     """Why `arg` (with its value glued on by `=`, or the next argument) is refused for its value, or None."""
+    speculative = refused_speculative(arg, following)
+    if speculative is not None:
+        return speculative
     if not arg.startswith("--"):
         return None
     name, eq, glued = arg.partition("=")

@@ -44,6 +44,38 @@ def test_load_formats_the_image_cannot_serve_are_refused(arg: str, following: st
     assert why is not None and needle in why
 
 
+@pytest.mark.parametrize(
+    ("arg", "following"),
+    [
+        ("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'),
+        ('--speculative_config={"method":"ngram","num_speculative_tokens":3}', None),
+        ("-sc", '{"model": "[ngram]", "num_speculative_tokens": 3}'),
+        ("--speculative-config.method", "ngram"),
+        ("--speculative-config.method=NGRAM", None),
+        ("--speculative", '{"method": "ngram"}'),
+    ],
+)
+def test_cpu_ngram_speculation_is_refused_because_the_image_has_no_numba(arg: str, following: str | None) -> None:
+    why = refused_value(arg, following)
+    assert why is not None and "numba" in why and "ngram_gpu" in why
+
+
+@pytest.mark.parametrize(
+    ("arg", "following"),
+    [
+        ("--speculative-config", '{"method": "ngram_gpu", "num_speculative_tokens": 4}'),
+        ("--speculative-config", '{"method": "eagle3", "model": "ngram"}'),  # method wins over model, as in vLLM
+        ("--speculative-config", "not json"),  # vLLM's own parser names it
+        ("--speculative-config", '["ngram"]'),
+        ("--speculative-config.num-speculative-tokens", "ngram"),
+        ("--speculative-config", None),
+        ("-sc", '{"method": "' + "[" * 100 + '"}'),
+    ],
+)
+def test_other_speculative_configs_pass(arg: str, following: str | None) -> None:
+    assert refused_value(arg, following) is None
+
+
 def test_the_default_load_formats_pass() -> None:
     assert refused_value("--load-format", "safetensors") is None
     assert refused_value("--load-format", "auto") is None

@@ -39,6 +39,7 @@ from t4serve.variables import (
     int_in,
     parse_size,
     setting_error,
+    switch_text,
 )
 from t4serve.vllmflags import (
     CONTROLLED_FLAGS,
@@ -425,7 +426,7 @@ class Settings:
         if value is None:
             return "auto" if var.default_doc == "auto" else "(unset)"
         if isinstance(value, bool):
-            return ("on" if value else "off") if var.field == "canary" else ("1" if value else "0")
+            return switch_text(value, var.default)
         if isinstance(value, tuple):
             return shlex.join(value) if value else "(none)"
         return str(value)

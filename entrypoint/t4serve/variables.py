@@ -24,6 +24,17 @@ from t4serve.vllmflags import is_secret_flag, redact_vllm_args
 # huggingface_hub's own truth table (constants.ENV_VARS_TRUE_VALUES), so t4serve and the hub never disagree.
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+# A switch is written back in the vocabulary of its default: T4SERVE_CANARY=on reads back "on"/"off", HF_HUB_OFFLINE=0
+# reads back "1"/"0", as the hub itself writes it.
+SWITCH_WORDS: dict[str, tuple[str, str]] = {
+    w: pair for pair in (("1", "0"), ("true", "false"), ("yes", "no"), ("on", "off")) for w in pair
+}
+
+
+def switch_text(value: bool, default: str | None) -> str:
+    """`value` in the words of the switch's default (1/0 where the default is not a switch word)."""
+    on, off = SWITCH_WORDS.get((default or "").strip().lower(), ("1", "0"))
+    return on if value else off
 _SIZE = re.compile(r"^\s*(\d{1,19}(?:\.\d{1,19})?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 # No GPU holds a pebibyte: a larger size is a typo, and would overflow the float arithmetic of sizing.
 MAX_SIZE_BYTES = 2**50

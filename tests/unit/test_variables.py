@@ -41,3 +41,15 @@ def test_the_secret_rows_sit_in_the_table_once_each() -> None:
         ("T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE"),
     }
     assert [v.name for v in VARIABLES if v.secret] == ["T4SERVE_API_KEY", "HF_TOKEN"]
+
+
+def test_a_switch_is_written_back_in_the_words_of_its_default() -> None:
+    from t4serve.settings import VARIABLES_BY_NAME, Settings
+    from t4serve.variables import switch_text
+
+    assert (switch_text(True, "on"), switch_text(False, "On")) == ("on", "off")
+    assert (switch_text(True, "0"), switch_text(False, "0")) == ("1", "0")
+    assert (switch_text(True, "no"), switch_text(False, None)) == ("yes", "0")
+    s = Settings.from_environ({"T4SERVE_CANARY": "false", "HF_HUB_OFFLINE": "yes"})
+    assert s.value_text(VARIABLES_BY_NAME["T4SERVE_CANARY"]) == "off"
+    assert s.value_text(VARIABLES_BY_NAME["HF_HUB_OFFLINE"]) == "1"

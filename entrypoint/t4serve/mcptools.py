@@ -231,6 +231,16 @@ class ChatMessage(BaseModel):
 # ----- helpers -------------------------------------------------------------------------------------------------
 
 
+def _not_ready(tool: str, status: StatusOut, required: str) -> ConfigError:
+    """The one refusal of a tool that needs a ready server, naming the phase it found."""
+    return ConfigError(
+        f"{tool}: the server is not ready",
+        found=f"phase {status.phase_label or status.container_state or 'no container'}",
+        required=required,
+        fix="call server_status until ready (start_vllm_server if none is running)",
+    )
+
+
 def finding_out(f: Finding) -> FindingOut:
     return FindingOut(check=f.check, level=f.level, found=f.found, required=f.required, fix=f.fix)  # type: ignore[arg-type]
 
@@ -794,12 +804,7 @@ class Tools:
             )
         status = await in_thread(self._status)
         if not status.ready or status.api_url is None:
-            raise ConfigError(
-                "query: the server is not ready",
-                found=f"phase {status.phase_label or status.container_state or 'no container'}",
-                required="phase ready, with the API published on the host",
-                fix="call server_status until ready (start_vllm_server if none is running)",
-            )
+            raise _not_ready("query", status, "phase ready, with the API published on the host")
         api_key = client_api_key(self.env.environ, "VLLM_API_KEY")
         body: dict[str, Any] = {"model": status.served_model_name, "max_tokens": max_tokens, "temperature": temperature}
         if messages is not None:
@@ -838,12 +843,7 @@ class Tools:
         concurrency = concurrency or [1, 4]
         status = await in_thread(self._status)
         if not status.ready or status.container is None:
-            raise ConfigError(
-                "run_benchmark: the server is not ready",
-                found=f"phase {status.phase_label or status.container_state or 'no container'}",
-                required="a ready server",
-                fix="start_vllm_server, then server_status until ready",
-            )
+            raise _not_ready("run_benchmark", status, "a ready server in a container")
         for name, values in (("inputs", inputs), ("concurrency", concurrency)):
             if any(v < 1 or v > 32768 for v in values):
                 raise ConfigError(

@@ -468,7 +468,8 @@ def test_query_before_ready_is_a_tool_error(engine: FakeEngine, environ: dict[st
     env = tool_env(engine, environ)
     ok(call(env, "start_vllm_server"))
     engine.state = serve_state("loading_weights")
-    assert "not ready" in error_text(call(env, "query", {"prompt": "hi"}))
+    text = error_text(call(env, "query", {"prompt": "hi"}))
+    assert "query: the server is not ready" in text and "loading" in text and "call server_status until ready" in text
 
 
 # ----- benchmark -------------------------------------------------------------------------------------------------
@@ -511,7 +512,8 @@ def test_benchmark_status_refuses_a_bad_run_id_and_an_unknown_one(engine: FakeEn
 
 
 def test_benchmark_needs_a_ready_server(engine: FakeEngine, environ: dict[str, str]) -> None:
-    assert "not ready" in error_text(call(tool_env(engine, environ), "run_benchmark"))
+    text = error_text(call(tool_env(engine, environ), "run_benchmark"))
+    assert "run_benchmark: the server is not ready" in text and "start_vllm_server if none is running" in text
 
 
 # ----- errors ----------------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@
 # compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
 #   measure    tests/gpu/compile_memory.py: every compile rung side by side, cold caches, peaks and speed
 #   measure-warm   bf16 full and lean, QAT full: cold, speed, then a warm start of each (peaks, ready time)
-#   cold       the cold-then-warm start tests at T4 memory (a ballast), bf16 then QAT
+#   cold       the cold-then-warm start tests at T4 memory (a ballast): bf16, QAT, then bf16 with a profiled pool
 #   cold-bf16, cold-qat   one of them
+#   cold-profile   bf16 with T4SERVE_KV_CACHE_MEMORY_BYTES=profile, cold then warm, at T4 memory
 #   lifecycle  crash/restart/give-up, drain, canary and profile side by side
 #   bench      t4serve bench: the published flags against t4serve's plan, 512/4096 in, c=1,4,8,16, one repeat
 #   bench-published, bench-t4serve   one of the two servers (one fits a 10-minute call; both may not)
@@ -27,7 +28,9 @@ case $step in
   measure-warm) python3 tests/gpu/compile_memory.py "$out/measure-warm" "$work/checkpoints" --timeout 300 --warm \
       --configs bf16-full,bf16-lean,qat-full ;;
   cold) python3 -m pytest -s -x -p no:cacheprovider tests/gpu/test_real_serve.py -k cold ;;
-  cold-bf16|cold-qat) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k "cold and ${step#cold-}" ;;
+  cold-bf16|cold-qat) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py \
+      -k "cold_then_warm_start and ${step#cold-}" ;;
+  cold-profile) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k profile_pool ;;
   lifecycle) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k lifecycle ;;
   bench) python3 tests/gpu/bench_host.py "$out/bench" "$work" ;;
   bench-published|bench-t4serve) python3 tests/gpu/bench_host.py "$out/$step" "$work" "${step#bench-}" ;;

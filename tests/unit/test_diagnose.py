@@ -30,6 +30,11 @@ CASES = {
         "memory. Try lowering --gpu-memory-utilization",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
     ],
+    "kv_pool_empty": [
+        "(EngineCore_DP0 pid=9) INFO [gpu_worker.py:440] Available KV cache memory: -0.22 GiB",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine",
+    ],
     "shm_too_small": ["RuntimeError: unable to write to file </torch_1_2304578412_0>: No space left on device (28)"],
 }
 

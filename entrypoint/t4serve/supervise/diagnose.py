@@ -97,10 +97,20 @@ _RULES: tuple[_Rule, ...] = (
         "T4SERVE_COMPILE=lean, o1 or eager chooses one; the QAT checkpoint (T4SERVE_MODEL=qat) leaves more room",
     ),
     _Rule(
+        "kv_pool_empty",
+        # vllm/v1/core/kv_cache_planning.py: only a profiled pool can come out at zero or less; an explicit
+        # --kv-cache-memory-bytes (t4serve's default) is taken as given.
+        re.compile(r"No available memory for the cache blocks"),
+        "vLLM profiled the KV pool and found no memory left for it after the weights, activations and graphs "
+        "(a first start on an empty compile cache counts its compile memory against a profiled pool)",
+        "unset T4SERVE_KV_CACHE_MEMORY_BYTES, so t4serve passes its own explicit pool (the default), or raise "
+        "T4SERVE_GPU_MEMORY_UTILIZATION; the QAT checkpoint (T4SERVE_MODEL=qat) leaves more room",
+    ),
+    _Rule(
         "cuda_oom",
         re.compile(
             r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|not enough GPU memory"
-            r"|No available memory for the cache blocks|larger than the available KV cache memory"
+            r"|larger than the available KV cache memory"
         ),
         "the GPU ran out of memory (weights + KV cache + CUDA graphs did not fit)",
         "lower T4SERVE_MAX_MODEL_LEN or T4SERVE_MAX_NUM_SEQS; if t4serve set the KV cache size (the default), "

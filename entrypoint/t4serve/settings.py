@@ -238,7 +238,8 @@ VARIABLES: tuple[Variable, ...] = (
         "T4SERVE_KV_CACHE_MEMORY_BYTES", "kv_cache_memory_bytes", None, "auto",
         "KV cache size (e.g. `2.5GiB`); `auto`: the predicted pool in whole blocks, so vLLM's KV figures are "
         "known in advance (vLLM skips its memory measurement); `profile`: no `--kv-cache-memory-bytes`, vLLM sizes the "
-        "pool from its profile run and T4SERVE_GPU_MEMORY_UTILIZATION (safer where the prediction may be off).",
+        "pool from its profile run and T4SERVE_GPU_MEMORY_UTILIZATION (for a card or model the prediction may miss; "
+        "a first start, compiling, measures a smaller pool than later ones).",
         _kv_cache_size, "2.5GiB", "--kv-cache-memory-bytes",
     ),
     Variable(

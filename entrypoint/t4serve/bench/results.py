@@ -218,16 +218,24 @@ def runs_from_raw(folder: Path) -> RunsFile:
             required=f"a folder written by `t4serve bench --output DIR` ({RUNS_FILE}, or raw/ at least)",
             fix="pass the --output folder of an earlier `t4serve bench` run",
         )
-    models = sorted({r.model for r in found})
-    inputs = sorted({r.input_len for r in found})
-    concurrencies = sorted({r.concurrency for r in found})
-    repeats = max(r.repeat for r in found)
-    found.sort(key=lambda r: (models.index(r.model), r.input_len, r.concurrency, r.repeat))
-    return RunsFile(
-        schema=RUNS_SCHEMA, models=models, inputs=inputs, concurrencies=concurrencies, repeats=repeats,
-        output_len=min(output_lens) if output_lens else 0, started="unknown (rebuilt from raw/)", runs=found,
-        planned_runs=len(models) * len(inputs) * len(concurrencies) * repeats, interrupted="rebuilt from raw/",
-    )
+    return _gathered(sorted({r.model for r in found}), found, output_len=min(output_lens) if output_lens else 0,
+                     started="unknown (rebuilt from raw/)", interrupted="rebuilt from raw/")
+
+
+def _gathered(models: list[str], runs: list[Run], **fields: Any) -> RunsFile:
+    """A RunsFile for runs gathered after the fact (from raw/, or from several folders): the grid is the cells they
+    hold, every model counts as planned in every cell, and the runs are in report order."""
+    inputs = sorted({r.input_len for r in runs})
+    concurrencies = sorted({r.concurrency for r in runs})
+    repeats = max(r.repeat for r in runs)
+    runs.sort(key=lambda r: (models.index(r.model), r.input_len, r.concurrency, r.repeat))
+    return RunsFile(schema=RUNS_SCHEMA, models=models, inputs=inputs, concurrencies=concurrencies, repeats=repeats,
+                    runs=runs, planned_runs=len(models) * len(inputs) * len(concurrencies) * repeats, **fields)
+
+
+def load_runs(folder: Path) -> RunsFile:
+    """A result folder's runs: its runs.json, or, where that was never written, its raw/ files."""
+    return read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
 
 
 def read_runs(folder: Path) -> RunsFile:
@@ -266,12 +274,21 @@ class Source:
     runs_file: RunsFile
     models: tuple[str, ...] | None = None
 
+    @property
+    def wanted(self) -> list[str]:
+        return list(self.models) if self.models is not None else list(self.runs_file.models)
+
+    def taken(self) -> list[Run]:
+        """The runs a merge takes from this folder."""
+        wanted = self.wanted
+        return [r for r in self.runs_file.runs if r.model in wanted]
+
 
 def merge_runs(sources: list[Source]) -> RunsFile:
     """Runs from several sweeps as one: a single card can serve one configuration at a time, so a comparison on a T4
     is two sweeps, one after the other. A cell (model, input, c, repeat) must come from exactly one source, and every
     source must have used the same output length, or the rows would not be comparable."""
-    taken: dict[tuple[str, int, int, int], Path] = {}
+    taken: dict[tuple[str, Cell], Path] = {}
     runs: list[Run] = []
     models: list[str] = []
     ceilings: dict[str, float | None] = {}
@@ -279,7 +296,7 @@ def merge_runs(sources: list[Source]) -> RunsFile:
     output_lens: dict[int, Path] = {}
     for source in sources:
         rf = source.runs_file
-        wanted = list(source.models) if source.models is not None else list(rf.models)
+        wanted = source.wanted
         missing = [m for m in wanted if m not in rf.models]
         if missing:
             raise ConfigError(
@@ -296,10 +313,9 @@ def merge_runs(sources: list[Source]) -> RunsFile:
                 found=lens, required="one output length in every merged folder",
                 fix="merge only sweeps made with the same --output-len",
             )
-        for run in rf.runs:
-            if run.model not in wanted:
-                continue
-            key = (run.model, run.input_len, run.concurrency, run.repeat)
+        from_here = source.taken()
+        for run in from_here:
+            key = (run.model, run.cell)
             if key in taken:
                 raise ConfigError(
                     f"{run.model}, input {run.input_len}, c={run.concurrency}, repeat {run.repeat} is in two folders",
@@ -314,21 +330,13 @@ def merge_runs(sources: list[Source]) -> RunsFile:
                 models.append(model)
             if ceilings.get(model) is None:
                 ceilings[model] = rf.ceilings.get(model)
-        count = sum(1 for r in rf.runs if r.model in wanted)
         why = f"; {rf.interrupted}" if rf.interrupted else ""
-        notes.append(f"{', '.join(wanted)}: {count} run(s) from {source.folder} (started {rf.started}{why})")
+        notes.append(f"{', '.join(wanted)}: {len(from_here)} run(s) from {source.folder} (started {rf.started}{why})")
         notes += [f"{source.folder}: {n}" for n in rf.notes]
     if not runs:
         raise ConfigError("nothing to merge", found="no runs in the folders given",
                           required="folders written by `t4serve bench --output DIR`",
                           fix="pass result folders that hold runs")
-    inputs = sorted({r.input_len for r in runs})
-    concurrencies = sorted({r.concurrency for r in runs})
-    repeats = max(r.repeat for r in runs)
-    runs.sort(key=lambda r: (models.index(r.model), r.input_len, r.concurrency, r.repeat))
     starts = list(dict.fromkeys(s.runs_file.started for s in sources))
-    return RunsFile(
-        schema=RUNS_SCHEMA, models=models, inputs=inputs, concurrencies=concurrencies, repeats=repeats,
-        output_len=next(iter(output_lens)), started="; ".join(starts), runs=runs, ceilings=ceilings, notes=notes,
-        planned_runs=len(models) * len(inputs) * len(concurrencies) * repeats,
-    )
+    return _gathered(models, runs, output_len=next(iter(output_lens)), started="; ".join(starts), ceilings=ceilings,
+                     notes=notes)

@@ -229,11 +229,10 @@ def report_command(folder: Path) -> None:
     """Write FOLDER's report.md, runs.csv and plots again from its runs.json (or, if that is missing, from raw/)."""
     import sys
 
-    from t4serve.bench.results import RUNS_FILE, read_runs, runs_from_raw
+    from t4serve.bench.results import load_runs
     from t4serve.bench.runner import write_folder
 
-    runs_file = read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
-    write_folder(folder, runs_file, sys.stderr)
+    write_folder(folder, load_runs(folder), sys.stderr)
     click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)
 
 
@@ -250,7 +249,7 @@ def merge_command(output: Path, sources: tuple[str, ...]) -> None:
     import shutil
     import tempfile
 
-    from t4serve.bench.results import RUNS_FILE, Source, merge_runs, read_runs, runs_from_raw
+    from t4serve.bench.results import Source, load_runs, merge_runs
     from t4serve.bench.runner import write_folder
 
     if len(sources) < 2:
@@ -260,8 +259,7 @@ def merge_command(output: Path, sources: tuple[str, ...]) -> None:
     parsed: list[Source] = []
     for raw in sources:
         folder, models = _source(raw)
-        runs_file = read_runs(folder) if (folder / RUNS_FILE).exists() else runs_from_raw(folder)
-        parsed.append(Source(folder, runs_file, models))
+        parsed.append(Source(folder, load_runs(folder), models))
     merged = merge_runs(parsed)
     existed = output.is_dir()
     _output_folder(output)  # refuses a folder holding files before anything is written
@@ -269,9 +267,8 @@ def merge_command(output: Path, sources: tuple[str, ...]) -> None:
     try:
         (staging / "raw").mkdir()
         for source in parsed:
-            wanted = source.models or tuple(source.runs_file.models)
-            for run in source.runs_file.runs:
-                if run.model in wanted and run.raw_file:
+            for run in source.taken():
+                if run.raw_file:
                     for name in (run.raw_file, Path(run.raw_file).with_suffix(".log").name):
                         if (source.folder / "raw" / name).is_file():
                             shutil.copy2(source.folder / "raw" / name, staging / "raw" / name)

@@ -76,13 +76,9 @@ NUMBA_SPECULATIVE_WHY = (
 )
 
 
-def refused_speculative(arg: str, following: str | None) -> str | None:
+def _refused_speculative(name: str, value: str) -> str | None:
     """Why a --speculative-config (JSON, `-sc`, or a dotted key such as `--speculative-config.method ngram`) is
     refused, or None. A value that is not JSON is left to vLLM's own parser, which names it."""
-    name, eq, glued = arg.partition("=")
-    value = glued if eq else following
-    if value is None:
-        return None
     if name.startswith("--"):
         base, dot, key = canonical_flag(name).partition(".")
         if not names_flag(base, SPECULATIVE_FLAG):
@@ -108,16 +104,17 @@ def _numba_method(value: str) -> bool:
 
 def refused_value(arg: str, following: str | None) -> str | None:
     """Why `arg` (with its value glued on by `=`, or the next argument) is refused for its value, or None."""
-    speculative = refused_speculative(arg, following)
-    if speculative is not None:
-        return speculative
-    if not arg.startswith("--"):
-        return None
     name, eq, glued = arg.partition("=")
     value = glued if eq else following
+    if value is None:
+        return None
+    speculative = _refused_speculative(name, value)
+    if speculative is not None or not name.startswith("--"):
+        return speculative
+    word = value.strip().lower()
     for flag, refused in REFUSED_FLAG_VALUES.items():
-        if names_flag(canonical_flag(name), flag) and value is not None and value.strip().lower() in refused:
-            return f"must not contain {flag} {value.strip().lower()}: {refused[value.strip().lower()]}"
+        if names_flag(canonical_flag(name), flag) and word in refused:
+            return f"must not contain {flag} {word}: {refused[word]}"
     return None
 
 

@@ -21,14 +21,14 @@ from t4serve.errors import ConfigError
 from t4serve.untrusted import REDACTED
 from t4serve.vllmflags import is_secret_flag, redact_vllm_args
 
-# huggingface_hub's own truth table (constants.ENV_VARS_TRUE_VALUES), so t4serve and the hub never disagree.
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+# huggingface_hub's own truth table (constants.ENV_VARS_TRUE_VALUES), so t4serve and the hub never disagree, as
+# (true, false) pairs.
+SWITCH_PAIRS = (("1", "0"), ("true", "false"), ("yes", "no"), ("on", "off"))
+TRUE_WORDS = frozenset(on for on, _ in SWITCH_PAIRS)
+FALSE_WORDS = frozenset(off for _, off in SWITCH_PAIRS)
 # A switch is written back in the vocabulary of its default: T4SERVE_CANARY=on reads back "on"/"off", HF_HUB_OFFLINE=0
 # reads back "1"/"0", as the hub itself writes it.
-SWITCH_WORDS: dict[str, tuple[str, str]] = {
-    w: pair for pair in (("1", "0"), ("true", "false"), ("yes", "no"), ("on", "off")) for w in pair
-}
+SWITCH_WORDS: dict[str, tuple[str, str]] = {w: pair for pair in SWITCH_PAIRS for w in pair}
 
 
 def switch_text(value: bool, default: str | None) -> str:

@@ -47,8 +47,8 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"No module named '(?:" + "|".join(map(re.escape, REMOVED_FROM_IMAGE)) + r")(?:'|\.)"),
         "vLLM imported a package the t4serve image leaves out (docker/slim.json): a setting or flag took a path a "
         "Gemma 4 serve on a T4 does not need",
-        "remove what asked for it: VLLM_USE_FLASHINFER_SAMPLER=1 or VLLM_USE_DEEP_GEMM=1 in the environment, "
-        "--load-format fastsafetensors/instanttensor, or n-gram speculative decoding in T4SERVE_VLLM_ARGS; "
+        "remove what asked for it: VLLM_USE_FLASHINFER_SAMPLER=1 or VLLM_USE_DEEP_GEMM=1 in the environment, or a "
+        "flag in T4SERVE_VLLM_ARGS (t4serve refuses the load formats and the CPU n-gram method it knows of); "
         "docs/image.md lists what the image leaves out and why",
     ),
     _Rule(

@@ -4,7 +4,8 @@ Without transformers (the CI venv): the files parse, every named special token s
 fields resolve to, the checked-in processor parameters are the E2B vision/audio ones, and `tokenizers` turns N `tK`
 words into N tokens and splits the image markers out of text. With transformers (5.13.1, as on the GPU host with
 vLLM 0.26.0, plus torch and torchvision): the checked-in files are what transformers saves today, and AutoTokenizer /
-AutoProcessor load the written checkpoint and expand an image into the config's image token.
+AutoProcessor load the written checkpoint and expand an image into the config's image token. CI runs the whole module
+in the image too (transformers 5.20.2), where nothing may skip: tests/image/test_e2b_processor_image.py.
 """
 
 from __future__ import annotations

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, RunInImage
 
 pytestmark = pytest.mark.image
 
 # pytest and what it imports that the image lacks (packaging is in the image).
 LENT = ("pytest", "_pytest", "pluggy", "iniconfig", "py")
-# Importing transformers and torch, writing a checkpoint and processing an image take about 15 s on two cores.
-RUN_TIMEOUT_S = 300
 
 
 def _lend_pytest(target: Path) -> None:
@@ -35,23 +32,17 @@ def _lend_pytest(target: Path) -> None:
             shutil.copy2(origin, target / origin.name)
 
 
-def test_processor_tests_pass_in_the_image_with_none_skipped(docker_bin: str, image_ref: str, tmp_path: Path) -> None:
+def test_processor_tests_pass_in_the_image_with_none_skipped(run_in_image: RunInImage, tmp_path: Path) -> None:
     lent = tmp_path / "lent"
     lent.mkdir()
     _lend_pytest(lent)
-    done = subprocess.run(
-        [
-            docker_bin, "run", "--rm", "--network", "none",
-            "-v", f"{REPO / 'tests'}:/t:ro", "-v", f"{lent}:/lent:ro",
-            "-e", "PYTHONPATH=/lent:/t/unit", "-e", "PYTHONDONTWRITEBYTECODE=1", "-w", "/tmp",
-            "--entrypoint", "python3", image_ref,
-            "-m", "pytest", "-p", "no:cacheprovider", "--noconftest", "-rs", "-q", "/t/unit/test_e2b_processor.py",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
+    done = run_in_image(
+        *("-m", "pytest", "-p", "no:cacheprovider", "--noconftest", "-rs", "-q", "/t/unit/test_e2b_processor.py"),
+        entrypoint="python3",
+        env={"PYTHONPATH": "/lent:/t/unit", "PYTHONDONTWRITEBYTECODE": "1"},
+        extra=("--network", "none", "-v", f"{REPO / 'tests'}:/t:ro", "-v", f"{lent}:/lent:ro", "-w", "/tmp"),
     )
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     print(summary)
-    assert done.returncode == 0, f"test_e2b_processor.py failed in {image_ref}:\n{done.stdout[-4000:]}{done.stderr}"
+    assert done.returncode == 0, f"test_e2b_processor.py failed in the image:\n{done.stdout[-4000:]}{done.stderr}"
     assert "passed" in summary and "skipped" not in summary, f"expected every test to run in the image: {summary}"

@@ -64,6 +64,8 @@ print(json.dumps({
     "qat_prompts": (w / "qat.prompts").read_text().split() if (w / "qat.prompts").exists() else [],
     "bf16_prompts": (w / "bf16.prompts").read_text().split() if (w / "bf16.prompts").exists() else [],
     "stderr": (w / "bench.err").read_text()[-3000:],
+    "raw_qat": json.loads((out / "raw" / "qat_in32_c1_r1.json").read_text())
+               if (out / "raw" / "qat_in32_c1_r1.json").exists() else None,
 }))
 PY
 """
@@ -106,6 +108,22 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
     assert all(r["figures"]["completed"] == 8 and r["figures"]["failed"] == 0 for r in qat_ok)
     assert all(r["figures"] is None or r["figures"]["completed"] == 0 for r in runs if r["model"] == "bf16")
     assert result["csv"].count("\n") == 1 + 8
+
+    # Goodput is vLLM's own count (`--goodput`), kept per run and shown per cell; the stand-in answers well within
+    # the default objectives, so every request was good. The detailed result keeps per-request TTFTs.
+    raw = result["raw_qat"]
+    assert raw["request_goodput"] == pytest.approx(raw["request_throughput"])
+    assert len(raw["ttfts"]) == 8 and len(raw["latencies"]) == 8
+    assert all(r["figures"]["request_goodput"] == pytest.approx(r["figures"]["request_throughput"]) for r in qat_ok)
+    assert "TTFT was within 2000 ms and TPOT within 100 ms" in report
+    # vLLM's /metrics per run (here the stand-in's, which serves vLLM's names): the queue and decode times of the
+    # run's requests, no preemption, no engine steps (the stand-in has none, so none are claimed).
+    for r in qat_ok:
+        server = r["server"]
+        assert server["samples"] >= 2 and server["error"] is None, server
+        assert server["preemptions"] == 0 and server["steps"] is None
+        assert server["queue_ms_mean"] is not None and server["decode_ms_mean"] > 0
+    assert "## server side (vLLM's /metrics)" in report
 
     # Same prompts for both checkpoints; different across cells and repeats.
     assert sorted(result["qat_prompts"]) == sorted(result["bf16_prompts"])

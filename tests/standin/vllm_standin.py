@@ -270,6 +270,12 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.request_success_total = 0
+        # vLLM's per-request histograms, as (sum of seconds, count): queue (arrival to a slot), prefill, decode. The
+        # stand-in never preempts and has no engine steps, so it serves no iteration_tokens_total (vLLM does).
+        self.histograms: dict[str, list[float]] = {
+            name: [0.0, 0] for name in ("request_queue_time_seconds", "request_prefill_time_seconds",
+                                        "request_decode_time_seconds")
+        }
         self.token_delay = env_float("T4SERVE_STANDIN_TOKEN_DELAY", 0.0)
         self.prefill_delay = env_float("T4SERVE_STANDIN_PREFILL_DELAY", 0.0)
         self.garbage_text = "<pad>" if os.environ.get("T4SERVE_STANDIN_GARBAGE", "empty") == "pad" else ""
@@ -288,6 +294,11 @@ class Engine:
         out = answer[:max_tokens]
         return self._garble(out), ("stop" if len(out) < max_tokens else "length")
 
+    def _observe(self, name: str, seconds: float) -> None:
+        """One request's time into a histogram (the caller holds the lock)."""
+        self.histograms[name][0] += seconds
+        self.histograms[name][1] += 1
+
     def _garble(self, tokens: list[str]) -> list[str]:
         return [self.garbage_text for _ in tokens] if self.mode == "garbage" else tokens
 
@@ -295,16 +306,22 @@ class Engine:
         """Yield (token text, finish reason on the last one); waits for a scheduler slot first, as vLLM queues."""
         with self.lock:
             self.waiting += 1
+        arrived = time.monotonic()
         self.slots.acquire()
         with self.lock:
             self.waiting -= 1
             self.running += 1
+            self._observe("request_queue_time_seconds", time.monotonic() - arrived)
         try:
             prompt_len = count_tokens(prompt)
             with self.lock:
                 self.prompt_tokens_total += prompt_len
+            began = time.monotonic()
             if self.prefill_delay:
                 self.abort.wait(self.prefill_delay * prompt_len)
+            with self.lock:
+                self._observe("request_prefill_time_seconds", time.monotonic() - began)
+            began = time.monotonic()
             texts, reason = self.tokens(prompt, max_tokens, ignore_eos)
             for i, text in enumerate(texts):
                 if self.abort.is_set() or self.dead.is_set():
@@ -317,6 +334,7 @@ class Engine:
                 yield text, (reason if i == len(texts) - 1 else None)
             with self.lock:
                 self.request_success_total += 1
+                self._observe("request_decode_time_seconds", time.monotonic() - began)
         finally:
             with self.lock:
                 self.running -= 1
@@ -428,7 +446,15 @@ class Handler(BaseHTTPRequestHandler):
                 "# HELP vllm:request_success_total Count of successfully processed requests.",
                 "# TYPE vllm:request_success_total counter",
                 f'vllm:request_success_total{{{label},finished_reason="length"}} {float(engine.request_success_total)}',
+                "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+                "# TYPE vllm:num_preemptions_total counter",
+                f"vllm:num_preemptions_total{{{label}}} 0.0",
             ]
+            for name, (total, count) in engine.histograms.items():
+                lines += [f"# TYPE vllm:{name} histogram",
+                          f'vllm:{name}_bucket{{{label},le="+Inf"}} {float(count)}',
+                          f"vllm:{name}_count{{{label}}} {float(count)}",
+                          f"vllm:{name}_sum{{{label}}} {total}"]
         data = ("\n".join(lines) + "\n").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -28,8 +28,8 @@ def test_markdown_row_has_throughput_per_stream_ttft_variation_winner_ratio() ->
     assert "## input 512 tokens" in text
     header = table_row(text, "c")
     row = dict(zip(header, table_row(text, "4"), strict=True))
-    assert row["qat tok/s"] == "100.00"
-    assert row["bf16 tok/s"] == "52.50"
+    assert row["qat tok/s"] == "100.00 [90 - 110]"  # median [lowest - highest] over the repeats
+    assert row["bf16 tok/s"] == "52.50 [50 - 55]"
     assert row["qat per stream"] == "50.00"
     assert row["bf16 per stream"] == "28.57"
     assert row["qat TTFT ms"] == "300"
@@ -37,6 +37,7 @@ def test_markdown_row_has_throughput_per_stream_ttft_variation_winner_ratio() ->
     assert row["variation %"] == "20.0"
     assert row["winner"] == "qat"
     assert row["ratio"] == "1.90x"
+    assert row["decided"] == "yes"  # qat's lowest repeat (90) beats bf16's highest (55)
     assert row["failed requests"] == "2"
     assert "- bf16, input 512, c=4: 1 repeat(s) failed" in text
 
@@ -93,3 +94,46 @@ def test_compare_shows_both_folders_and_the_change() -> None:
     assert "A = old, B = new" in text
     assert "| qat | 512 | 4 | 100.00 | 120.00 | +20.0 % | 50.00 | 62.50 | +25.0 % | 300 | 240 | -20.0 % |" in text
     assert "| bf16 | 512 | 4 | 52.50 | FAILED | - |" in text
+
+
+def test_spread_goodput_and_the_decision_when_ranges_overlap() -> None:
+    import dataclasses
+
+    from t4serve.bench.report import decided
+
+    runs = [dataclasses.replace(r, figures=dataclasses.replace(r.figures, request_throughput=4.0,
+                                                                request_goodput=3.0 if r.model == "qat" else 1.0))
+            if r.figures else r for r in hand_runs()]
+    rf = dataclasses.replace(runs_file(runs), slo_ttft_ms=2000.0, slo_tpot_ms=100.0)
+    text = markdown(rf)
+    assert "TTFT was within 2000 ms and TPOT within 100 ms" in text
+    row = dict(zip(table_row(text, "c"), table_row(text, "4"), strict=True))
+    assert row["qat goodput req/s"] == "3.00 (75 %)"
+    assert row["bf16 goodput req/s"] == "1.00 (25 %)"
+    qat, bf16 = summarize(runs)
+    assert (qat.throughput_min, qat.throughput_max, qat.ttft_min_ms, qat.ttft_max_ms) == (90.0, 110.0, 290.0, 310.0)
+    # Overlapping ranges are no decision; a single repeat on a side cannot decide either.
+    close = dataclasses.replace(bf16, throughput_max=95.0)
+    assert decided([qat, close]) == "no"
+    assert decided([qat, dataclasses.replace(bf16, repeats_ok=1)]) == "-"
+    assert decided([qat]) == "-"
+
+
+def test_server_side_section_takes_medians_over_repeats() -> None:
+    import dataclasses
+
+    from t4serve.bench.results import ServerSide
+
+    runs = hand_runs()
+    sides = [ServerSide(5, running_mean=m, running_max=8, waiting_max=w, kv_usage_max_pct=40.0, preemptions=0,
+                        steps=100, tokens_per_step=20.5, queue_ms_mean=q, prefill_ms_mean=30.0, decode_ms_mean=900.0)
+             for m, w, q in ((7.0, 4, 10.0), (7.5, 6, 30.0), (6.0, 2, 20.0))]
+    for i in range(3):
+        runs[i] = dataclasses.replace(runs[i], server=sides[i])
+    text = markdown(runs_file(runs))
+    assert "## server side (vLLM's /metrics)" in text
+    assert "| qat | 512 | 4 | 7.0 / 8 | 4 | 40.0 | 0 | 100 | 20.5 | 20.0 | 30.0 | 900.0 |" in text
+    assert "| bf16 | 512 | 4 |" not in text.split("## server side")[1]
+    rows = list(csv.DictReader(io.StringIO(runs_csv(runs))))
+    assert rows[1]["server_waiting_max"] == "6.0000" and rows[3]["server_waiting_max"] == ""
+    assert "## server side" not in markdown(runs_file(hand_runs()))

@@ -258,3 +258,26 @@ def test_bench_merge_command_writes_one_folder_or_none(tmp_path: Path, capsys: p
     assert "neither a result folder nor MODEL=FOLDER" in capsys.readouterr().err
     assert main(["bench", "merge", str(tmp_path / "m3"), str(tmp_path / "a")]) == 2
     assert "needs two sources or more" in capsys.readouterr().err
+
+
+def test_goodput_is_read_from_the_result_and_absent_without_it() -> None:
+    base = {"completed": 4, "output_throughput": 10.0, "median_tpot_ms": 1.0, "median_ttft_ms": 2.0,
+            "mean_ttft_ms": 2.0, "total_output_tokens": 40, "duration": 1.0}
+    with_slo = figures_from_result({**base, "request_throughput": 4.0, "request_goodput": 3.5}, "x")
+    assert (with_slo.request_throughput, with_slo.request_goodput) == (4.0, 3.5)
+    # vLLM writes "request_goodput": null when run without --goodput.
+    assert figures_from_result({**base, "request_goodput": None}, "x").request_goodput is None
+
+
+def test_merge_refuses_sweeps_counted_against_different_objectives(tmp_path: Path) -> None:
+    import dataclasses
+
+    from t4serve.bench.results import Source, merge_runs
+
+    a = RunsFile(1, ["qat"], [512], [4], 3, 128, "s", hand_runs()[:3], slo_ttft_ms=2000.0, slo_tpot_ms=100.0)
+    b = RunsFile(1, ["bf16"], [512], [4], 3, 128, "s", hand_runs()[3:], slo_ttft_ms=500.0, slo_tpot_ms=100.0)
+    with pytest.raises(ConfigError, match="different objectives"):
+        merge_runs([Source(tmp_path / "a", a), Source(tmp_path / "b", b)])
+    older = dataclasses.replace(b, slo_ttft_ms=None, slo_tpot_ms=None)  # written before goodput was counted
+    merged = merge_runs([Source(tmp_path / "a", a), Source(tmp_path / "b", older)])
+    assert (merged.slo_ttft_ms, merged.slo_tpot_ms) == (2000.0, 100.0)

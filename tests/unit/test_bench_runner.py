@@ -6,6 +6,7 @@ the real client runs against the stand-in server in tests/image/test_bench.py.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -95,8 +96,12 @@ def test_bench_argv_is_the_published_sweep() -> None:
         "--num-warmups 2",
         "--seed 5120402",
         "--save-result --result-dir out/raw --result-filename r.json",
+        "--goodput ttft:2000 tpot:100",
+        "--save-detailed",
     ):
         assert part in text
+    slo = dataclasses.replace(opts, slo_ttft_ms=750.0, slo_tpot_ms=62.5)
+    assert "--goodput ttft:750 tpot:62.5" in " ".join(bench_argv(slo, "http://h:8000", "gemma", "g", cell, Path("r")))
 
 
 def test_raw_name_is_a_safe_file_name() -> None:

@@ -16,6 +16,10 @@ MAX_CONCURRENCY = 99
 MAX_REPEATS = 99
 # Longer prompts than any model t4serve serves takes (a typo, or arithmetic that overflows further on).
 MAX_INPUT_LEN = 1 << 24
+# Goodput's default objectives: MLPerf Inference's server scenario for Llama 3.1 8B (a model class one card serves):
+# time to first token within 2 s, time per output token within 100 ms (10 tokens a second, above reading speed).
+DEFAULT_SLO_TTFT_MS = 2000.0
+DEFAULT_SLO_TPOT_MS = 100.0
 
 
 @dataclass(frozen=True, order=True)

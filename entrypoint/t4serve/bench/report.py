@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 
-from t4serve.bench.results import CellSummary, Run, RunsFile, summarize
+from t4serve.bench.results import CellSummary, Run, RunsFile, ServerSide, summarize
+
+# ServerSide's figures, in the CSV's order (the columns named server_<field>).
+SERVER_FIELDS = ("running_mean", "running_max", "waiting_max", "kv_usage_max_pct", "preemptions", "steps",
+                 "tokens_per_step", "queue_ms_mean", "prefill_ms_mean", "decode_ms_mean")
 
 CSV_COLUMNS = (
     "model",
@@ -25,9 +30,12 @@ CSV_COLUMNS = (
     "median_tpot_ms",
     "per_stream",
     "median_ttft_ms",
+    "request_throughput",
+    "request_goodput",
     "power_w_mean",
     "sm_clock_mhz_mean",
     "throttle_reasons",
+    *(f"server_{name}" for name in SERVER_FIELDS),
     "raw_file",
     "error",
 )
@@ -38,7 +46,7 @@ def runs_csv(runs: list[Run]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in runs:
-        f, t = r.figures, r.telemetry
+        f, t, s = r.figures, r.telemetry, r.server
         writer.writerow(
             [
                 r.model,
@@ -53,9 +61,12 @@ def runs_csv(runs: list[Run]) -> str:
                 _num(f.median_tpot_ms) if f else "",
                 _num(1000 / f.median_tpot_ms) if f and f.median_tpot_ms > 0 else "",
                 _num(f.median_ttft_ms) if f else "",
+                _opt(f.request_throughput if f else None),
+                _opt(f.request_goodput if f else None),
                 _num(t.power_w_mean) if t and t.power_w_mean is not None else "",
                 _num(t.sm_clock_mhz_mean) if t and t.sm_clock_mhz_mean is not None else "",
                 ";".join(t.throttle_reasons) if t else "",
+                *(_opt(getattr(s, name) if s else None) for name in SERVER_FIELDS),
                 r.raw_file or "",
                 r.error or "",
             ]
@@ -65,6 +76,10 @@ def runs_csv(runs: list[Run]) -> str:
 
 def _num(value: float) -> str:
     return f"{value:.4f}"
+
+
+def _opt(value: float | None) -> str:
+    return "" if value is None else _num(value)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -82,10 +97,16 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         "",
         f"Started {runs_file.started}. Models: {', '.join(models)}; output {runs_file.output_len} tokens "
         f"(`--ignore-eos`, temperature 0); {runs_file.repeats} repeat(s) per cell; seed = input x 10000 + c x 100 "
-        "+ repeat, the same for every model. Throughput: median over repeats of output tok/s. Per stream: "
-        "1000 / median TPOT ms. TTFT: median. Variation: (max - min) / median throughput over repeats.",
+        "+ repeat, the same for every model. Throughput: median over repeats of output tok/s, [lowest - highest] "
+        "beside it. Per stream: 1000 / median TPOT ms. TTFT: median. Variation: (max - min) / median throughput over "
+        "repeats. Decided: the winner's lowest repeat beats the runner-up's highest (else the cell is within the "
+        "spread).",
         "",
     ]
+    if runs_file.slo_ttft_ms is not None and runs_file.slo_tpot_ms is not None:
+        lines += [f"Goodput: requests per second whose TTFT was within {runs_file.slo_ttft_ms:g} ms and TPOT within "
+                  f"{runs_file.slo_tpot_ms:g} ms (vLLM's own count), median over repeats, with the share of requests "
+                  "that met both.", ""]
     if runs_file.partial:
         why = f" ({runs_file.interrupted})" if runs_file.interrupted else ""
         lines += [f"**Partial**: {len(runs_file.runs)} of {runs_file.planned_runs} runs finished{why}; "
@@ -97,18 +118,21 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         header += [f"{m} tok/s" for m in models]
         header += [f"{m} per stream" for m in models]
         header += [f"{m} TTFT ms" for m in models]
-        header += ["variation %", "winner", "ratio", "failed requests"]
+        header += [f"{m} goodput req/s" for m in models]
+        header += ["variation %", "winner", "ratio", "decided", "failed requests"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for c in runs_file.concurrencies:
             cell = [by_key.get((m, input_len, c)) for m in models]
             row = [str(c)]
-            row += ["not run" if s is None else "FAILED" if s.failed else _fmt(s.throughput) for s in cell]
+            row += ["not run" if s is None else "FAILED" if s.failed else _throughput(s) for s in cell]
             row += [_fmt(s.per_stream) if s else "-" for s in cell]
             row += [_fmt(s.ttft_ms, 0) if s else "-" for s in cell]
+            row += [_goodput(s) for s in cell]
             variations = [s.variation_pct for s in cell if s and s.variation_pct is not None]
             row.append(_fmt(max(variations), 1) if variations else "-")
-            winner, ratio = winner_and_ratio([s for s in cell if s is not None])
-            row += [winner, ratio]
+            present = [s for s in cell if s is not None]
+            winner, ratio = winner_and_ratio(present)
+            row += [winner, ratio, decided(present)]
             row.append(str(sum(s.failed_requests for s in cell if s)))
             lines.append("| " + " | ".join(row) + " |")
             failed_cells += [s for s in cell if s is not None and (s.failed or s.errors)]
@@ -121,12 +145,26 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
             lines.append(f"- {s.model}, input {s.input_len}, c={s.concurrency}: {state}")
             lines += [f"  - {e}" for e in s.errors]
         lines.append("")
+    lines += server_section(runs_file)
     lines += telemetry_section(runs_file)
     if runs_file.notes:
         lines += ["## notes", ""] + [f"- {n}" for n in runs_file.notes] + [""]
     if plots:
         lines += ["## plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
+
+
+def _throughput(s: CellSummary) -> str:
+    if s.repeats_ok > 1 and s.throughput_min is not None and s.throughput_max is not None:
+        return f"{_fmt(s.throughput)} [{_fmt(s.throughput_min, 0)} - {_fmt(s.throughput_max, 0)}]"
+    return _fmt(s.throughput)
+
+
+def _goodput(s: CellSummary | None) -> str:
+    if s is None or s.goodput is None:
+        return "-"
+    share = f" ({s.good_pct:.0f} %)" if s.good_pct is not None else ""
+    return f"{s.goodput:.2f}{share}"
 
 
 def winner_and_ratio(cell: list[CellSummary]) -> tuple[str, str]:
@@ -138,6 +176,18 @@ def winner_and_ratio(cell: list[CellSummary]) -> tuple[str, str]:
     if len(ranked) == 1 or not ranked[1].throughput:
         return ranked[0].model, "-"
     return ranked[0].model, f"{(ranked[0].throughput or 0.0) / ranked[1].throughput:.2f}x"
+
+
+def decided(cell: list[CellSummary]) -> str:
+    """Whether the cell's winner won beyond the spread: its lowest repeat above the runner-up's highest. "yes", "no"
+    (the ranges overlap: within the spread), or "-" (one model, or fewer than two repeats on a side to judge by)."""
+    ranked = sorted((s for s in cell if s.throughput), key=lambda s: s.throughput or 0.0, reverse=True)
+    if len(ranked) < 2 or ranked[0].repeats_ok < 2 or ranked[1].repeats_ok < 2:
+        return "-"
+    low, high = ranked[0].throughput_min, ranked[1].throughput_max
+    if low is None or high is None:
+        return "-"
+    return "yes" if low > high else "no"
 
 
 def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[str]:
@@ -158,6 +208,40 @@ def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[
         lines.append(
             f"| {s.model} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
             f"{s.per_stream / ceiling * 100:.1f} % |"
+        )
+    return [*lines, ""]
+
+
+def server_section(runs_file: RunsFile) -> list[str]:
+    """vLLM's own /metrics per cell (t4serve.bench.serverside), medians over repeats: what explains a cell."""
+    rows: dict[tuple[str, int, int], list[ServerSide]] = {}
+    for r in runs_file.runs:
+        if r.server is not None and r.server.samples:
+            rows.setdefault((r.model, r.input_len, r.concurrency), []).append(r.server)
+    if not rows:
+        return []
+    lines = [
+        "## server side (vLLM's /metrics)",
+        "",
+        "Medians over repeats. Running: requests in the batch (mean while the server had work, and the most); "
+        "waiting: the most queued at once; KV: the highest cache use; steps: engine steps, with the tokens each "
+        "carried; queue, prefill and decode: per request, mean. The window includes the client's test prompt and "
+        "warm-ups.",
+        "",
+        "| model | input | c | running mean / max | waiting max | KV max % | preemptions | steps | tokens/step | "
+        "queue ms | prefill ms | decode ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (model, input_len, c), found in rows.items():
+
+        def med(name: str, digits: int = 1, found: list[ServerSide] = found) -> str:
+            values = [v for v in (getattr(s, name) for s in found) if v is not None]
+            return _fmt(statistics.median(values), digits) if values else "-"
+
+        lines.append(
+            f"| {model} | {input_len} | {c} | {med('running_mean')} / {med('running_max', 0)} | "
+            f"{med('waiting_max', 0)} | {med('kv_usage_max_pct')} | {med('preemptions', 0)} | {med('steps', 0)} | "
+            f"{med('tokens_per_step')} | {med('queue_ms_mean')} | {med('prefill_ms_mean')} | {med('decode_ms_mean')} |"
         )
     return [*lines, ""]
 

@@ -38,6 +38,10 @@ class RunFigures:
     mean_ttft_ms: float
     total_output_tokens: int
     duration_s: float
+    # Requests per second; and those that met the run's objectives (vLLM's `request_goodput`, from `--goodput`).
+    # None in results written without them.
+    request_throughput: float | None = None
+    request_goodput: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,24 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class ServerSide:
+    """What vLLM's /metrics said about one run; None where the server did not say."""
+
+    samples: int
+    running_mean: float | None = None  # requests in the batch, mean over busy samples
+    running_max: float | None = None
+    waiting_max: float | None = None
+    kv_usage_max_pct: float | None = None
+    preemptions: float | None = None
+    steps: float | None = None  # engine steps (iteration_tokens_total's count)
+    tokens_per_step: float | None = None  # prefill + decode tokens per engine step, mean
+    queue_ms_mean: float | None = None  # from arrival to first schedule, per request
+    prefill_ms_mean: float | None = None
+    decode_ms_mean: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Run:
     model: str
     input_len: int
@@ -65,6 +87,8 @@ class Run:
     figures: RunFigures | None
     error: str | None = None
     telemetry: Telemetry | None = None
+    # vLLM's own /metrics over the run (t4serve.bench.serverside); None in folders written before it was kept.
+    server: ServerSide | None = None
 
     @property
     def cell(self) -> Cell:
@@ -83,6 +107,8 @@ def figures_from_result(data: dict[str, Any], where: str) -> RunFigures:
             mean_ttft_ms=float(data["mean_ttft_ms"]),
             total_output_tokens=int(data["total_output_tokens"]),
             duration_s=float(data["duration"]),
+            request_throughput=_optional_float(data.get("request_throughput")),
+            request_goodput=_optional_float(data.get("request_goodput")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
@@ -91,6 +117,13 @@ def figures_from_result(data: dict[str, Any], where: str) -> RunFigures:
             required="keys completed, output_throughput, median_tpot_ms, median_ttft_ms, total_output_tokens, duration",
             fix="run the vLLM pinned in the image (0.33.0); its result format is the one read here",
         ) from None
+
+
+def _optional_float(value: Any) -> float | None:
+    """A figure vLLM writes only with some flags (`request_goodput` is null without `--goodput`)."""
+    if value is None:
+        return None
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -107,6 +140,14 @@ class CellSummary:
     ttft_ms: float | None  # median over repeats of the median TTFT
     variation_pct: float | None  # (max - min) / median throughput over repeats, percent
     errors: list[str] = field(default_factory=list)
+    # The spread over repeats: lowest and highest throughput and median TTFT.
+    throughput_min: float | None = None
+    throughput_max: float | None = None
+    ttft_min_ms: float | None = None
+    ttft_max_ms: float | None = None
+    # Median over repeats of requests per second that met the objectives, and of the share of requests that did.
+    goodput: float | None = None
+    good_pct: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -128,6 +169,10 @@ def _summary(key: tuple[str, int, int], runs: list[Run]) -> CellSummary:
     throughputs = [f.output_throughput for f in ok]
     tpots = [f.median_tpot_ms for f in ok if f.median_tpot_ms > 0]
     median_tp = statistics.median(throughputs) if throughputs else None
+    ttfts = [f.median_ttft_ms for f in ok]
+    goodputs = [f.request_goodput for f in ok if f.request_goodput is not None]
+    shares = [f.request_goodput / f.request_throughput * 100 for f in ok
+              if f.request_goodput is not None and f.request_throughput]
     variation = None
     if median_tp and len(throughputs) > 1:
         variation = (max(throughputs) - min(throughputs)) / median_tp * 100
@@ -146,6 +191,12 @@ def _summary(key: tuple[str, int, int], runs: list[Run]) -> CellSummary:
         ttft_ms=statistics.median(f.median_ttft_ms for f in ok) if ok else None,
         variation_pct=variation,
         errors=errors,
+        throughput_min=min(throughputs) if throughputs else None,
+        throughput_max=max(throughputs) if throughputs else None,
+        ttft_min_ms=min(ttfts) if ttfts else None,
+        ttft_max_ms=max(ttfts) if ttfts else None,
+        goodput=statistics.median(goodputs) if goodputs else None,
+        good_pct=statistics.median(shares) if shares else None,
     )
 
 
@@ -168,6 +219,9 @@ class RunsFile:
     # says why (a signal, or "rebuilt from raw/" for a folder whose runs.json was never written).
     planned_runs: int = 0
     interrupted: str | None = None
+    # The objectives goodput counts against (`--slo-ttft-ms`, `--slo-tpot-ms`); None in folders written before.
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -294,6 +348,7 @@ def merge_runs(sources: list[Source]) -> RunsFile:
     ceilings: dict[str, float | None] = {}
     notes: list[str] = []
     output_lens: dict[int, Path] = {}
+    objectives: dict[tuple[float | None, float | None], Path] = {}
     for source in sources:
         rf = source.runs_file
         wanted = source.wanted
@@ -312,6 +367,15 @@ def merge_runs(sources: list[Source]) -> RunsFile:
                 "the sweeps generated different output lengths, so their throughput is not comparable",
                 found=lens, required="one output length in every merged folder",
                 fix="merge only sweeps made with the same --output-len",
+            )
+        if rf.slo_ttft_ms is not None or rf.slo_tpot_ms is not None:  # older folders counted no goodput
+            objectives.setdefault((rf.slo_ttft_ms, rf.slo_tpot_ms), source.folder)
+        if len(objectives) > 1:
+            seen = ", ".join(f"TTFT {a} ms / TPOT {b} ms in {f}" for (a, b), f in objectives.items())
+            raise ConfigError(
+                "the sweeps counted goodput against different objectives, so their goodput is not comparable",
+                found=seen, required="the same --slo-ttft-ms and --slo-tpot-ms in every merged folder",
+                fix="merge only sweeps made with the same objectives",
             )
         from_here = source.taken()
         for run in from_here:
@@ -338,5 +402,6 @@ def merge_runs(sources: list[Source]) -> RunsFile:
                           required="folders written by `t4serve bench --output DIR`",
                           fix="pass result folders that hold runs")
     starts = list(dict.fromkeys(s.runs_file.started for s in sources))
+    slo_ttft_ms, slo_tpot_ms = next(iter(objectives), (None, None))
     return _gathered(models, runs, output_len=next(iter(output_lens)), started="; ".join(starts), ceilings=ceilings,
-                     notes=notes)
+                     notes=notes, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)

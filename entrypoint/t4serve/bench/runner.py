@@ -32,11 +32,13 @@ from t4serve.bench.results import (
     Run,
     RunFigures,
     RunsFile,
+    ServerSide,
     Telemetry,
     raw_name,
     read_result,
     write_runs,
 )
+from t4serve.bench.serverside import MetricsSampler
 from t4serve.bench.telemetry import Sampler
 from t4serve.errors import BenchError, ConfigError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch, local_url
@@ -65,6 +67,9 @@ class BenchOptions:
     ready_timeout_s: float = 1800.0
     cell_timeout_s: float = 3600.0
     telemetry_interval_s: float = 0.5
+    # Goodput's objectives: a request counts as good when its TTFT and its TPOT are both within them.
+    slo_ttft_ms: float = grid.DEFAULT_SLO_TTFT_MS
+    slo_tpot_ms: float = grid.DEFAULT_SLO_TPOT_MS
 
 
 def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
@@ -99,11 +104,17 @@ def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
         "--seed",
         str(cell.seed),
         "--disable-tqdm",
+        # vLLM counts the requests that met both objectives itself (`request_goodput` in the result).
+        "--goodput",
+        f"ttft:{opts.slo_ttft_ms:g}",
+        f"tpot:{opts.slo_tpot_ms:g}",
         "--save-result",
         "--result-dir",
         str(raw.parent),
         "--result-filename",
         raw.name,
+        # Per-request TTFTs, latencies and (where the server sends them) its own queue times, kept in raw/.
+        "--save-detailed",
     ]
 
 
@@ -124,6 +135,7 @@ def cell_run(
     figures: RunFigures | None,
     error: str | None,
     telemetry: Telemetry | None,
+    server: ServerSide | None = None,
 ) -> Run:
     """The record of one run of one cell, measured or failed."""
     return Run(
@@ -137,6 +149,7 @@ def cell_run(
         figures=figures,
         error=error,
         telemetry=telemetry,
+        server=server,
     )
 
 
@@ -154,12 +167,19 @@ def run_cell(
     log = raw.with_suffix(".log")
     argv = bench_argv(opts, url, served_name, tokenizer, cell, raw)
 
+    server: ServerSide | None = None
+
     def made(
         raw_file: str | None, figures: RunFigures | None, error: str | None, telemetry: Telemetry | None = None
     ) -> Run:
-        return cell_run(opts, model, cell, raw_file=raw_file, figures=figures, error=error, telemetry=telemetry)
+        return cell_run(opts, model, cell, raw_file=raw_file, figures=figures, error=error, telemetry=telemetry,
+                        server=server)
 
-    with Sampler(opts.telemetry_interval_s) as sampler, log.open("w", encoding="utf-8") as out:
+    with (
+        Sampler(opts.telemetry_interval_s) as sampler,
+        MetricsSampler(url, opts.telemetry_interval_s) as metrics,
+        log.open("w", encoding="utf-8") as out,
+    ):
         out.write("$ " + shlex.join(argv) + "\n")
         out.flush()
         env = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else None
@@ -173,6 +193,7 @@ def run_cell(
         except OSError as exc:
             return made(None, None, f"cannot run {argv[0]}: {exc}")
     telemetry = sampler.result()
+    server = metrics.result()
     if rc is None:
         error = f"`vllm bench serve` ran past {opts.cell_timeout_s:.0f} s and was stopped; log {log.name}"
         return made(None, None, error, telemetry)
@@ -411,6 +432,8 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         ceilings=ceilings,
         notes=notes,
         planned_runs=len(opts.models) * len(cells),
+        slo_ttft_ms=opts.slo_ttft_ms,
+        slo_tpot_ms=opts.slo_tpot_ms,
     )
     progress = Progress(runs_file.planned_runs, out)
 

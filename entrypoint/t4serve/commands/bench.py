@@ -8,24 +8,33 @@ Exit 0 when every run measured, 1 when some failed, 6 (BenchError) when none did
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from t4serve.bench.grid import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
 from t4serve.errors import BenchError, ConfigError
 from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
 
 # Seconds a server may take to load or a run may last: a week is beyond any sweep.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# A goodput objective of an hour per token or first token: no request could miss it, so it is no objective.
+MAX_OBJECTIVE_MS = 3_600_000.0
 
 
-def _seconds(ctx: click.Context, param: click.Parameter, value: Any) -> float:
-    """A finite number of seconds above 0 (nan, inf and 1e309 are refused, as click's FloatRange does not)."""
-    try:
-        return parse_float(str(value), 0.0, MAX_TIMEOUT_S, lo_open=True)
-    except Untrusted as exc:
-        raise click.BadParameter(f"{str(value)[:40]!r} {exc.reason}", ctx, param) from None
+def _positive(hi: float) -> Callable[[click.Context, click.Parameter, Any], float]:
+    """A click callback: a finite number above 0 and at most `hi` (nan, inf and 1e309 are refused, as click's
+    FloatRange does not)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> float:
+        try:
+            return parse_float(str(value), 0.0, hi, lo_open=True)
+        except Untrusted as exc:
+            raise click.BadParameter(f"{str(value)[:40]!r} {exc.reason}", ctx, param) from None
+
+    return check
 
 
 def _output_folder(output: Path) -> Path:
@@ -93,10 +102,15 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
 @click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
-@click.option("--ready-timeout", default="1800", callback=_seconds, show_default=True,
+@click.option("--ready-timeout", default="1800", callback=_positive(MAX_TIMEOUT_S), show_default=True,
               help="Seconds a started server may take to load.")
-@click.option("--cell-timeout", default="3600", callback=_seconds, show_default=True,
+@click.option("--cell-timeout", default="3600", callback=_positive(MAX_TIMEOUT_S), show_default=True,
               help="Seconds one run may take before it fails.")
+@click.option("--slo-ttft-ms", default=f"{DEFAULT_SLO_TTFT_MS:g}", callback=_positive(MAX_OBJECTIVE_MS),
+              show_default=True, help="Goodput: a request is good when its time to first token is within this (ms)...")
+@click.option("--slo-tpot-ms", default=f"{DEFAULT_SLO_TPOT_MS:g}", callback=_positive(MAX_OBJECTIVE_MS),
+              show_default=True,
+              help="...and its time per output token too (ms). Defaults: MLPerf's server scenario for an 8B model.")
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -114,6 +128,8 @@ def command(
     vllm: str,
     ready_timeout: float,
     cell_timeout: float,
+    slo_ttft_ms: float,
+    slo_tpot_ms: float,
 ) -> None:
     """Run the published T4 sweep: per model, input length, concurrency and repeat, `vllm bench serve`.
 
@@ -179,6 +195,8 @@ def command(
         num_warmups=num_warmups,
         ready_timeout_s=ready_timeout,
         cell_timeout_s=cell_timeout,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
     )
     from t4serve.bench.runner import Interrupted
 

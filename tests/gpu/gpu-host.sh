@@ -1,26 +1,63 @@
 #!/usr/bin/env bash
-# The GPU tests on an NVIDIA host without the image, one step per call (each fits a 10-minute window):
+# The GPU tests on an NVIDIA host without the image, one step per call (or queued by tests/gpu/session.sh):
 #   tests/gpu/gpu-host.sh PARTS STEP OUT
-# PARTS holds the site bundle's parts and assemble.sh (a vLLM built for this host's Python and torch); it is
-# unpacked once into /tmp/site. Checkpoints and servers live under /tmp/t4serve-gpu, so later steps reuse the
-# compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
+# PARTS holds one of two bundles, installed once into /tmp/site:
+#   - the image's own stack (vLLM 0.33.0, torch 2.14.0, triton 3.8.0 as cp312 wheels in parts w.00 ... w.NN, with
+#     install-stack.sh and slim.json): what the image ships;
+#   - the vLLM 0.26.0 site bundle (part1 ... partN with assemble.sh), built on the host's own torch 2.11.0.
+# Every record names the vLLM it ran (realserve.vllm_version). Where the host's cuDNN cannot serve this torch (the
+# image stack's torch 2.14 wants a newer cuDNN than such a host has), every server gets --language-model-only (no
+# convolution on that path): host.json says so. Checkpoints and servers live under /tmp/t4serve-gpu, so later steps
+# reuse the compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
 #   measure    tests/gpu/compile_memory.py: every compile rung side by side, cold caches, peaks and speed
 #   measure-warm   bf16 full and lean, QAT full: cold, speed, then a warm start of each (peaks, ready time)
 #   cold       the cold-then-warm start tests at T4 memory (a ballast): bf16, QAT, then bf16 with a profiled pool
 #   cold-bf16, cold-qat   one of them
 #   cold-profile   bf16 with T4SERVE_KV_CACHE_MEMORY_BYTES=profile, cold then warm, at T4 memory
+#   cold-profile-first   its cold start alone
 #   lifecycle  crash/restart/give-up, drain, canary and profile side by side
-#   bench      t4serve bench: the published flags against t4serve's plan, 512/4096 in, c=1,4,8,16, one repeat
-#   bench-published, bench-t4serve   one of the two servers (one fits a 10-minute call; both may not)
+#   bench      t4serve bench: the published flags against t4serve's plan in one run; T4SERVE_GPU_BENCH_ARGS picks the
+#              grid (default: inputs 512,4096, concurrency 8,16, 3 repeats; see tests/gpu/bench_host.py)
+#   bench-published, bench-t4serve   one of the two servers
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 site=/tmp/site work=/tmp/t4serve-gpu
 mkdir -p "$out" "$work"
-[ -d "$site/vllm" ] || bash "$parts/assemble.sh" "$parts" "$site"
+if [ ! -d "$site/vllm" ]; then
+  if [ -f "$parts/install-stack.sh" ]; then bash "$parts/install-stack.sh" "$parts" "$site"
+  else bash "$parts/assemble.sh" "$parts" "$site"; fi
+fi
+# pytest for the test steps, where the host's Python lacks it: wheels in PARTS/extra/ (pytest, pluggy, iniconfig).
+if ! PYTHONPATH=$site python3 -c 'import pytest' 2>/dev/null && compgen -G "$parts/extra/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target "$site" "$parts"/extra/*.whl
+fi
 # shellcheck source=/dev/null
 source "$repo/tests/gpu/offline-host.sh" "$site"
 export T4SERVE_GPU_WORK=$work T4SERVE_GPU_RESULTS=$out T4SERVE_GPU_CHECKPOINTS=$work/checkpoints PYTHONUNBUFFERED=1
+# Can this torch use this host's cuDNN? One small convolution tells (asked once per host, the answer kept).
+if [ ! -f "$work/cudnn.txt" ]; then
+  if python3 -c 'import torch; x = torch.ones(1, 1, 8, 8, device="cuda"); torch.nn.functional.conv2d(x, x[:, :, :3, :3]); torch.cuda.synchronize()' \
+      >"$work/cudnn.err" 2>&1; then echo ok >"$work/cudnn.txt"
+  else printf 'unusable: %s\n' "$(grep -v '^\s*$' "$work/cudnn.err" | tail -n 1)" >"$work/cudnn.txt"; fi
+fi
+if [ "$(cat "$work/cudnn.txt")" != ok ] && [ -z "${T4SERVE_GPU_VLLM_ARGS+set}" ]; then
+  export T4SERVE_GPU_VLLM_ARGS=--language-model-only
+fi
+python3 - "$out/host.json" "$work/cudnn.txt" <<'PY'
+import json, subprocess, sys, os
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+json.dump({"packages": {n: version(n) for n in ("vllm", "torch", "triton", "transformers", "nvidia-nccl-cu13")},
+           "gpu": smi, "cudnn": open(sys.argv[2]).read().strip(),
+           "extra_vllm_args": os.environ.get("T4SERVE_GPU_VLLM_ARGS")}, open(sys.argv[1], "w"), indent=2)
+PY
 [ -f "$work/checkpoints/qat/config.json" ] || python3 "$repo/tests/gpu/write_checkpoints.py" "$work/checkpoints"
 cd "$repo"
 case $step in
@@ -31,8 +68,13 @@ case $step in
   cold-bf16|cold-qat) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py \
       -k "cold_then_warm_start and ${step#cold-}" ;;
   cold-profile) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k profile_pool ;;
+  cold-profile-first) T4SERVE_GPU_STARTS=cold python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py \
+      -k profile_pool ;;
   lifecycle) python3 -m pytest -s -p no:cacheprovider tests/gpu/test_real_serve.py -k lifecycle ;;
-  bench) python3 tests/gpu/bench_host.py "$out/bench" "$work" ;;
-  bench-published|bench-t4serve) python3 tests/gpu/bench_host.py "$out/$step" "$work" "${step#bench-}" ;;
+  # shellcheck disable=SC2086
+  bench) python3 tests/gpu/bench_host.py "$out/bench" "$work" ${T4SERVE_GPU_BENCH_ARGS:-} ;;
+  # shellcheck disable=SC2086
+  bench-published|bench-t4serve) python3 tests/gpu/bench_host.py "$out/$step" "$work" --servers "${step#bench-}" \
+      ${T4SERVE_GPU_BENCH_ARGS:-} ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -164,8 +164,17 @@ class Server:
                 "PYTHONPATH": os.pathsep.join([str(PROBE_HOOK), os.environ.get("PYTHONPATH", "")]),
             }
         )
-        env.update(self.env)
+        env.update(self.environment_added())
         return env
+
+    def environment_added(self) -> dict[str, str]:
+        """This server's own settings, with the host's extra vLLM flags (T4SERVE_GPU_VLLM_ARGS, set by
+        tests/gpu/gpu-host.sh where the host needs one for every server) after the server's T4SERVE_VLLM_ARGS."""
+        added = dict(self.env)
+        extra = os.environ.get("T4SERVE_GPU_VLLM_ARGS", "").strip()
+        if extra:
+            added["T4SERVE_VLLM_ARGS"] = " ".join(filter(None, [added.get("T4SERVE_VLLM_ARGS", ""), extra]))
+        return added
 
     def start(self) -> Server:
         for d in (self.state_dir, self.probe_dir, self.root / "cache", self.root / "hf"):

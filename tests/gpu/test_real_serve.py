@@ -170,7 +170,9 @@ def cold_then_warm(kind: str, name: str, env: dict[str, str], checkpoints: Path,
     ballast_needed = device_total > T4_MEMORY_BYTES + 1024**3
     record: dict[str, Any] = {"vllm": vllm_version(), "gpu": gpu_facts.devices[0].name, "ballast": ballast_needed,
                               "env": env}
-    for temperature in ("cold", "warm"):
+    # T4SERVE_GPU_STARTS=cold runs the first start alone (tests/gpu/gpu-host.sh's cold-profile-first step).
+    starts = os.environ.get("T4SERVE_GPU_STARTS", "cold,warm").split(",")
+    for temperature in [s for s in ("cold", "warm") if s in starts]:
         server = new_server(work_dir, name, checkpoints / kind, 8200, **env)
         ballast = Ballast(T4_MEMORY_BYTES) if ballast_needed else None
         try:

@@ -2,8 +2,9 @@
 
 Active only where T4SERVE_GPU_PROBE_DIR names a folder. Then a daemon thread in each process that has initialised
 CUDA writes, every 0.25 s, `mem-<pid>.json`: torch's peak reserved and allocated bytes (the caching allocator's own
-high-water marks, which an out-of-memory inside torch.compile reaches), the device's free memory, and the process's
-command line; and `modules-<pid>.txt`: the sorted top-level packages in sys.modules (what serving really imports,
+high-water marks, which an out-of-memory inside torch.compile reaches), the device's free memory (its lowest, when,
+and a timeline of its moves), and the process's command line;
+and `modules-<pid>.txt`: the sorted top-level packages in sys.modules (what serving really imports,
 the evidence a smaller image rests on). Nothing here changes what vLLM does.
 """
 
@@ -33,6 +34,8 @@ def _sample() -> None:
     except OSError:
         cmdline = ""
     record: dict[str, object] = {"pid": pid, "ppid": os.getppid(), "cmdline": cmdline[:500]}
+    timeline: list[list[float]] = []
+    lowest: int | None = None
     first_cuda = None
     while True:
         time.sleep(0.25)
@@ -51,7 +54,14 @@ def _sample() -> None:
                     device_free=int(free),
                     device_total=int(total),
                 )
-                record["min_device_free"] = min(int(free), int(record.get("min_device_free", free)))  # type: ignore[call-overload]
+                if lowest is None or free < lowest:
+                    lowest = int(free)
+                    record.update(min_device_free=lowest, min_device_free_at=time.time())
+                # The device's free memory over time, a point whenever it moved by 64 MiB or more (at most 2,000):
+                # when a low came, set beside the server's phases, says which step of the start took the memory.
+                if not timeline or (abs(free - timeline[-1][1]) >= 64 << 20 and len(timeline) < 2000):
+                    timeline.append([round(time.time(), 2), int(free)])
+                    record["free_timeline"] = timeline
                 _write(os.path.join(_DIR, f"mem-{pid}.json"), json.dumps(record))
             mods = sorted({name.split(".", 1)[0] for name in list(sys.modules)})
             _write(os.path.join(_DIR, f"modules-{pid}.txt"), "\n".join(mods) + "\n")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A queue of tests/gpu/gpu-host.sh steps that outlives the device tool's 10-minute calls:
 #   tests/gpu/session.sh start PARTS STEP [STEP...]   start the steps one after another, detached; returns at once
-#   tests/gpu/session.sh wait SECONDS OUT             follow the queue for up to SECONDS (or to its end), then copy
-#                                                     every result so far into OUT
+#   tests/gpu/session.sh wait SECONDS OUT             follow the queue for up to SECONDS (or to its end), then pack
+#                                                     every result so far into OUT/results.tar.xz.NN
 # The queue runs from a copy of this checkout (/tmp/t4serve-repo), so a later call that lays the checkout down again
 # cannot change a script under a running step. Results: /tmp/t4serve-gpu/results/STEP/ and STEP.log per step, and
 # session.log (each step's start, end and exit). A step that fails does not stop the queue; DONE marks its end.
@@ -44,7 +44,16 @@ case $cmd in
       fi
     done
     [ -f "$results/DONE" ] && echo "queue finished" || echo "queue still running after ${seconds} s"
-    mkdir -p "$out" && cp -r "$results/." "$out/"
+    # What comes back from a device call is at most 8 files of 16 MiB, two folders down: the results travel as one
+    # xz tar, split into 15 MiB pieces (cat results.tar.xz.* | tar -xJ), beside the session log.
+    mkdir -p "$out" && cp "$results/session.log" "$out/"
+    # With them each server's log and state as they stand now (servers/NAME/...): a step cut short by the end of the
+    # device time leaves no record of its own, but its servers' logs and phases still say how far it got.
+    work=$(dirname "$results")
+    live=$(cd "$work" && ls -d ./*/serve.log ./*/state 2>/dev/null || true)
+    # shellcheck disable=SC2086
+    tar -C "$work" -cf - ./results $live | xz -T0 -6 | split -b 15M -d -a 2 - "$out/results.tar.xz."
+    ls -la "$out"
     current=$(ls -t "$results"/*.log 2>/dev/null | grep -v session.log | head -n 1 || true)
     [ -z "$current" ] || { echo "--- tail of $current"; tail -n 25 "$current"; }
     ;;

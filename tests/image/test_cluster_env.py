@@ -56,7 +56,7 @@ def test_without_the_mount_nothing_changes(run_in_image: RunInImage, image_confi
     """Docker with the Container Toolkit: /usr/local/nvidia is absent; the image's own programs come first on PATH."""
     env = dict(item.split("=", 1) for item in image_config["Env"])
     assert env["PATH"].split(":")[0] == "/opt/venv/bin" and env["PATH"].endswith(":/usr/local/nvidia/bin")
-    out = run_in_image("-c", "test ! -e /usr/local/nvidia && command -v t4serve python3", entrypoint="sh")
+    out = run_in_image("-c", "test ! -e /usr/local/nvidia && command -v t4serve && command -v python3", entrypoint="sh")
     assert out.returncode == 0 and out.stdout.split() == ["/opt/venv/bin/t4serve", "/opt/venv/bin/python3"]
 
 

@@ -4,8 +4,9 @@ its probes and its termination the way the kubelet does.
 What it stands for (Kubernetes 1.32's kubelet, pkg/kubelet/prober and the container runtime's kill path):
 - the container: the pod spec's image, command and args, environment (its envFrom ConfigMaps and env values),
   volumes (a PVC as a fresh docker volume, an emptyDir of medium Memory at /dev/shm as --shm-size of its sizeLimit,
-  any other emptyDir as an empty world-writable (0777, as the kubelet makes it) tmpfs of its sizeLimit, where the
-  kubelet would evict the pod past the limit and the tmpfs refuses the write; Secrets and projected Secrets as
+  any other emptyDir as the kubelet makes it, an empty folder of mode 0777 on the node's disk (here a folder of this
+  machine, bind-mounted; its sizeLimit is the kubelet's eviction threshold, which is not reproduced), Secrets and
+  projected Secrets as
   read-only bind mounts of files written here) and security context (runAsUser and runAsGroup as --user, fsGroup as
   a supplementary group, allowPrivilegeEscalation: false as no-new-privileges, dropped capabilities as --cap-drop,
   readOnlyRootFilesystem as --read-only). Anything in the spec it cannot reproduce is refused, never ignored.
@@ -117,11 +118,13 @@ def _docker_run_args(
             if path != "/dev/shm" or size is None:
                 raise Unsupported(f"memory emptyDir at {path} (size {size})")
             opts += ["--shm-size", str(_bytes(size))]
-        elif "emptyDir" in volume:
-            size = volume["emptyDir"].get("sizeLimit")
-            if size is None:
-                raise Unsupported(f"emptyDir at {path} without sizeLimit (a tmpfs needs a size)")
-            opts += ["--mount", f"type=tmpfs,dst={path},tmpfs-size={_bytes(size)},tmpfs-mode=0777"]
+        elif "emptyDir" in volume and not volume["emptyDir"].get("medium"):
+            # Docker's own tmpfs copies the image's folder (and its mode: /home/t4serve is 0700) into it; an emptyDir
+            # starts empty and world-writable.
+            folder = scratch / "empty-dir" / mount["name"]
+            folder.mkdir(parents=True)
+            folder.chmod(0o777)
+            opts += ["--mount", f"type=bind,src={folder},dst={path}"]
         elif "projected" in volume or "secret" in volume:
             opts += ["-v", f"{_secret_dir(volume, scratch / mount['name'], sc.get('fsGroup'), secrets)}:{path}:ro"]
         else:

@@ -28,6 +28,7 @@ from k8s_manifests import (
     TARGETS,
     Obj,
     container,
+    documented_recipes,
     kinds,
     one,
     pod_spec,
@@ -35,14 +36,16 @@ from k8s_manifests import (
     probe_budget_s,
     quantity_bytes,
     render,
+    render_recipe,
     settings_data,
 )
 from local_http import Canned, serve
 
-from t4serve import hostmem, preflight
+from t4serve import hostmem, preflight, telemetry
 from t4serve.aliases import MODEL_ALIASES
 from t4serve.checkpoint import builtin_facts
 from t4serve.commands.healthcheck import DEADLINE_S
+from t4serve.gpus import THROTTLE_REASONS
 from t4serve.render import SupervisorInputs, render_supervisord_conf
 from t4serve.settings import VARIABLES_BY_NAME, Settings
 from t4serve.supervise.startbudget import MIN_DOWNLOAD_BYTES_PER_S, cold_start_budget
@@ -86,15 +89,11 @@ def rendered() -> dict[str, list[Obj]]:
     return {target: render(DEPLOY / target) for target in TARGETS}
 
 
-def composed(tmp_path: Path, resources: list[str], components: list[str]) -> list[Obj]:
-    """A user's own kustomization (outside the repository) combining an overlay with components, rendered."""
-    rel = [os.path.relpath(DEPLOY / r, tmp_path) for r in resources]
-    comps = [os.path.relpath(DEPLOY / c, tmp_path) for c in components]
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                        "resources": rel, "components": comps})
-    )
-    return render(tmp_path)
+@pytest.fixture(scope="module")
+def recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Obj]]:
+    """Every recipe docs/kubernetes.md shows, written out as it stands and rendered."""
+    return {name: render_recipe(files, tmp_path_factory.mktemp(f"recipe-{name}"))
+            for name, files in documented_recipes().items()}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ render and validate
@@ -168,13 +167,70 @@ def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) ->
         assert validation_errors(broken, K8S_VERSIONS[0]), broken["kind"]
 
 
-def test_overlays_compose_with_the_autoscaling_components(tmp_path: Path) -> None:
-    objs = composed(tmp_path, ["overlays/gke-t4"], ["components/rwx-cache", "components/monitoring", "components/keda"])
-    assert "ScaledObject" in kinds(objs) and pod_spec(objs)["nodeSelector"]
-    assert one(objs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
-    for obj in objs:
-        assert validation_errors(obj, K8S_VERSIONS[0]) == [], obj["kind"]
-    assert deployment_problems(objs) == []
+def test_every_documented_recipe_renders_valid_objects_that_hold_every_rule(recipes: dict[str, list[Obj]]) -> None:
+    # What the docs show: a cloud overlay alone, each with the autoscaling components, the RWX class named by hand, and
+    # another namespace (two kustomizations). A renamed or dropped recipe fails here rather than going untested.
+    assert {"gke", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class", "another-namespace"} <= set(recipes)
+    for name, objs in recipes.items():
+        assert namespace_problems(objs) == [], name
+        assert deployment_problems(objs) == [], name
+        assert storage_problems(objs) == [], name
+        for version in K8S_VERSIONS:
+            assert [e for obj in objs for e in validation_errors(obj, version)] == [], (name, version)
+    scaled = recipes["gke-autoscaling"]
+    assert {"ScaledObject", "PodMonitor", "PrometheusRule"} <= set(kinds(scaled)) and pod_spec(scaled)["nodeSelector"]
+    assert one(scaled, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard-rwx"
+    assert one(recipes["aks-autoscaling-hpa"], "PersistentVolumeClaim")["spec"]["storageClassName"] == "azurefile-csi"
+    assert one(recipes["eks-own-rwx-class"], "PersistentVolumeClaim")["spec"]["storageClassName"] == "my-efs-class"
+    # Another namespace: every object there, the Namespace created with Pod Security's labels, the query following.
+    moved = recipes["another-namespace"]
+    assert {o["metadata"].get("namespace") for o in moved if o["kind"] != "Namespace"} == {"team-a"}
+    namespace = one(moved, "Namespace")["metadata"]
+    assert namespace["name"] == "team-a" and namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert 'namespace="team-a"' in one(moved, "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]
+
+
+def test_the_namespace_rule_catches_an_object_left_outside(recipes: dict[str, list[Obj]]) -> None:
+    """The defect the docs' cloud + autoscaling recipe had: component objects rendered without a namespace."""
+    for kind in ("ScaledObject", "PodMonitor", "PrometheusRule"):
+        objs = copy.deepcopy(recipes["gke-autoscaling"])
+        del one(objs, kind)["metadata"]["namespace"]
+        assert any(p.startswith(f"{kind}/t4serve: namespace None") for p in namespace_problems(objs)), kind
+    objs = copy.deepcopy(recipes["another-namespace"])
+    one(objs, "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"] = 'sum(x{namespace="t4serve"})'
+    assert any("does not count namespace 'team-a'" in p for p in namespace_problems(objs))
+    objs = copy.deepcopy(recipes["another-namespace"])
+    one(objs, "Namespace")["metadata"]["name"] = "t4serve"
+    assert any("creates a namespace other than" in p for p in namespace_problems(objs))
+
+
+def storage_problems(objs: list[Obj]) -> list[str]:
+    """A ReadWriteMany claim names a storage class that was chosen (RWX needs one on every major cloud)."""
+    claim = one(objs, "PersistentVolumeClaim")["spec"]
+    if "ReadWriteMany" not in claim["accessModes"]:
+        return []
+    cls = claim.get("storageClassName")
+    if not cls or cls == RWX_CLASS_UNSET:
+        return [f"storage: the ReadWriteMany claim's class is {cls!r}: set {RWX_CLASS_ANNOTATION} or the class"]
+    return []
+
+
+def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: dict[str, list[Obj]]) -> None:
+    # The cloud overlays choose it for components/rwx-cache; the cloud-neutral overlays leave it unset on purpose,
+    # where the claim stays Pending with a message naming the setting.
+    expected = {"overlays/gke-t4": "standard-rwx", "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
+                "base": RWX_CLASS_UNSET, "overlays/pinned-digest": RWX_CLASS_UNSET}  # fmt: skip
+    for target, cls in expected.items():
+        claim = one(rendered[target], "PersistentVolumeClaim")
+        assert claim["metadata"]["annotations"][RWX_CLASS_ANNOTATION] == cls, target
+        # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none).
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in claim["spec"], target
+    for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
+        assert one(rendered[target], "PersistentVolumeClaim")["spec"]["storageClassName"] == RWX_CLASS_UNSET
+        assert storage_problems(rendered[target]) != []
+    objs = copy.deepcopy(recipes["gke-autoscaling"])
+    del one(objs, "PersistentVolumeClaim")["spec"]["storageClassName"]
+    assert storage_problems(objs) != []
 
 
 # ------------------------------------------------------------------------------------------------------- namespaces
@@ -802,8 +858,72 @@ def test_cloud_overlays_select_their_gpu_nodes(rendered: dict[str, list[Obj]]) -
     term = eks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     instance_types = term["matchExpressions"][0]["values"]
     assert instance_types and all(t.startswith("g4dn.") for t in instance_types)
-    for spec in (gke, eks):
+    aks = pod_spec(rendered["overlays/aks-t4"])
+    term = aks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    sizes = term["matchExpressions"][0]["values"]
+    assert sizes and all(t.startswith("Standard_NC") and t.endswith("as_T4_v3") for t in sizes)
+    assert {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in aks["tolerations"]
+    for spec in (gke, eks, aks):
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_the_image_is_pinned_by_digest_in_its_overlay_and_by_tag_elsewhere(rendered: dict[str, list[Obj]]) -> None:
+    pinned = container(rendered["overlays/pinned-digest"])["image"]
+    assert re.fullmatch(r"[a-z0-9.\-/]+/t4serve@sha256:[0-9a-f]{64}", pinned)
+    assert container(rendered["base"])["image"] == "t4serve:dev"
+
+
+# ------------------------------------------------------------------------------------------------------- monitoring
+
+# kube-state-metrics' series the alerts read (kube-prometheus-stack ships it): Deployment replicas and restarts.
+KUBE_STATE_METRICS = {"kube_deployment_status_replicas_available", "kube_deployment_spec_replicas",
+                      "kube_pod_container_status_restarts_total"}  # fmt: skip
+METRIC = re.compile(r"\b((?:vllm:|t4serve_|kube_)[a-zA-Z0-9_:]+)")
+
+
+def monitoring_expressions(objs: list[Obj]) -> dict[str, str]:
+    """Every PromQL expression components/monitoring renders: each alert's, and each dashboard panel target's."""
+    groups = one(objs, "PrometheusRule")["spec"]["groups"]
+    exprs = {f"alert {r['alert']}": r["expr"] for g in groups for r in g["rules"]}
+    board = json.loads(next(o for o in objs if o["kind"] == "ConfigMap" and "t4serve.json" in o.get("data", {}))
+                       ["data"]["t4serve.json"])  # fmt: skip
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            exprs[f"panel {panel['title']} {target['refId']}"] = target["expr"]
+    return exprs
+
+
+def test_the_alerts_and_the_dashboard_read_metrics_that_exist(rendered: dict[str, list[Obj]]) -> None:
+    """t4serve's own series against its telemetry code; kube-state-metrics' by name; vLLM's against the image's vLLM
+    source in tests/image/test_monitoring_names.py."""
+    objs = rendered["overlays/autoscaling"]
+    exprs = monitoring_expressions(objs)
+    ours = {name for name, *_ in telemetry._GAUGES} | {"t4serve_gpu_clocks_event_reason"}
+    used = {m for e in exprs.values() for m in METRIC.findall(e)}
+    assert {m for m in used if m.startswith("t4serve_")} <= ours
+    assert {m for m in used if m.startswith("kube_")} <= KUBE_STATE_METRICS
+    assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "t4serve_gpu_clocks_event_reason"} <= used
+    # Throttling reasons are the telemetry's own keys.
+    keys = {key for _bit, key, _label in THROTTLE_REASONS}
+    for reason in re.findall(r'reason=~"([^"]+)"', exprs["alert T4serveGpuThrottled"])[0].split("|"):
+        assert reason in keys
+    # Each expression selects t4serve's pods (by container, or the Deployment by name), never everything.
+    for where, expr in exprs.items():
+        assert 'container="t4serve"' in expr or 'deployment="t4serve"' in expr, where
+    board = json.loads(one([o for o in objs if o["kind"] == "ConfigMap" and "t4serve.json" in o.get("data", {})],
+                           "ConfigMap")["data"]["t4serve.json"])  # fmt: skip
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) and board["uid"] == "t4serve"
+    assert all("$namespace" in t["expr"] for p in board["panels"] for t in p.get("targets", []))
+
+
+def test_not_ready_waits_longer_than_a_start(rendered: dict[str, list[Obj]]) -> None:
+    rules = {r["alert"]: r for g in one(rendered["overlays/autoscaling"], "PrometheusRule")["spec"]["groups"]
+             for r in g["rules"]}  # fmt: skip
+    minutes = int(rules["T4serveNotReady"]["for"].removesuffix("m"))
+    assert minutes * 60 > probe_budget_s(container(rendered["base"])["startupProbe"])
+    assert set(rules) == {"T4serveNotReady", "T4serveRestarting", "T4serveKvCacheNearlyFull", "T4serveQueueGrowing",
+                          "T4serveGpuThrottled"}  # fmt: skip
 
 
 def test_quantities() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from t4serve import apiguard
 from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
@@ -298,6 +299,9 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     if kv_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
+    # The API key on every route but health, metrics and the version: vLLM's own guard covers /v1 and a few other
+    # prefixes only (t4serve.apiguard says which routes it leaves open). A no-op while no key is set.
+    argv += ["--middleware", apiguard.MIDDLEWARE]
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).

@@ -116,8 +116,9 @@ API_KEY_EXAMPLE = "$(openssl rand -hex 32)"
 
 API_KEY = Variable(
     "T4SERVE_API_KEY", "api_key", None, "(none: no key)",
-    "API key clients must send (`Authorization: Bearer KEY`) to /v1/* (/health and /metrics stay open); vLLM "
-    "gets it as VLLM_API_KEY in its environment. Never printed, never on a command line.",
+    "API key clients must send (`Authorization: Bearer KEY`) to every route but /health, /ping, /metrics and "
+    "/version (vLLM's own check guards /v1/*; t4serve's middleware the rest, /invocations included); vLLM gets it as "
+    "VLLM_API_KEY in its environment. Never printed, never on a command line.",
     _secret("T4SERVE_API_KEY", "key", API_KEY_EXAMPLE, printable_ascii=True), API_KEY_EXAMPLE, None, secret=True,
 )
 API_KEY_FILE = Variable(

@@ -4,9 +4,12 @@ its probes and its termination the way the kubelet does.
 What it stands for (Kubernetes 1.32's kubelet, pkg/kubelet/prober and the container runtime's kill path):
 - the container: the pod spec's image, command and args, environment (its envFrom ConfigMaps and env values),
   volumes (a PVC as a fresh docker volume, an emptyDir of medium Memory at /dev/shm as --shm-size of its sizeLimit,
-  Secrets and projected Secrets as read-only bind mounts of files written here) and security context (runAsUser and
-  runAsGroup as --user, fsGroup as a supplementary group, allowPrivilegeEscalation: false as no-new-privileges,
-  dropped capabilities as --cap-drop). Anything in the spec it cannot reproduce is refused, never ignored.
+  any other emptyDir as the kubelet makes it, an empty folder of mode 0777 on the node's disk (here a folder of this
+  machine, bind-mounted; its sizeLimit is the kubelet's eviction threshold, which is not reproduced), Secrets and
+  projected Secrets as
+  read-only bind mounts of files written here) and security context (runAsUser and runAsGroup as --user, fsGroup as
+  a supplementary group, allowPrivilegeEscalation: false as no-new-privileges, dropped capabilities as --cap-drop,
+  readOnlyRootFilesystem as --read-only). Anything in the spec it cannot reproduce is refused, never ignored.
 - probes: exec probes run with `docker exec` inside the container, each bounded by its timeoutSeconds (a timeout is
   a failure); one worker per probe, a probe every periodSeconds (a slow probe delays the next, as the kubelet's
   worker does); the startupProbe alone until it succeeds, then readiness and liveness on their own periods; a probe
@@ -15,7 +18,7 @@ What it stands for (Kubernetes 1.32's kubelet, pkg/kubelet/prober and the contai
 - termination: the preStop hook runs to completion (bounded by the grace period), then SIGTERM, then SIGKILL when
   terminationGracePeriodSeconds has passed since termination began.
 What it leaves out: scheduling, restarts, the Service and its endpoints, resource limits (a GPU cannot be requested
-here), initialDelaySeconds other than 0.
+here; ephemeral-storage too), initialDelaySeconds other than 0.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ def _docker_run_args(
         opts += ["--cap-drop", cap]
     for cap in csc.get("capabilities", {}).get("add", []):
         opts += ["--cap-add", cap]
+    if csc.get("readOnlyRootFilesystem"):
+        opts += ["--read-only"]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     for mount in ctr.get("volumeMounts", []):
         volume = volumes[mount["name"]]
@@ -113,6 +118,13 @@ def _docker_run_args(
             if path != "/dev/shm" or size is None:
                 raise Unsupported(f"memory emptyDir at {path} (size {size})")
             opts += ["--shm-size", str(_bytes(size))]
+        elif "emptyDir" in volume and not volume["emptyDir"].get("medium"):
+            # Docker's own tmpfs copies the image's folder (and its mode: /home/t4serve is 0700) into it; an emptyDir
+            # starts empty and world-writable.
+            folder = scratch / "empty-dir" / mount["name"]
+            folder.mkdir(parents=True)
+            folder.chmod(0o777)
+            opts += ["--mount", f"type=bind,src={folder},dst={path}"]
         elif "projected" in volume or "secret" in volume:
             opts += ["-v", f"{_secret_dir(volume, scratch / mount['name'], sc.get('fsGroup'), secrets)}:{path}:ro"]
         else:

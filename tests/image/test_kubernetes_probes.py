@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -104,6 +105,16 @@ def run_pod(
         run.remove()
 
 
+def _post(port: int, path: str, body: dict[str, Any], key: str | None) -> tuple[int, str]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 OFFSET = time.time() - time.monotonic()
 
 
@@ -143,6 +154,15 @@ def test_ready_only_after_the_canary_and_liveness_green_while_loading(run_pod: R
     port = pod.host_port(next(p["containerPort"] for p in pod.ctr["ports"] if p["name"] == "http"))
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         assert "vllm:num_requests_waiting" in response.read().decode()
+    # The key from the pod's Secret guards every route that runs the model: /invocations (SageMaker's router, which
+    # vLLM's own guard leaves open) as well as /v1/*. t4serve serve's real command line loads t4serve.apiguard.
+    served = pod.state()["served_model_name"]
+    prompt = {"model": served, "prompt": "17*23=", "max_tokens": 8}
+    for path in ("/invocations", "/v1/completions"):
+        assert _post(port, path, prompt, None)[0] == 401, path
+        assert _post(port, path, prompt, "sk-wrong")[0] == 401, path
+        status, body = _post(port, path, prompt, API_KEY)
+        assert status == 200 and json.loads(body)["choices"][0]["text"] == "391", (path, status, body)
 
 
 def test_a_wrong_canary_never_becomes_ready(

@@ -3,11 +3,17 @@
 
 What it stands for: the OpenAI-compatible server of vLLM 0.33.0 serving Gemma 4 E2B on a Tesla T4. It prints vLLM's
 own log lines (format strings copied from vLLM 0.33's source, figures from the T4 runs of published-t4-run.md unless the
-environment overrides them), keeps its port closed while "loading" as vLLM does, then serves GET /health, /v1/models,
-/metrics and POST /v1/completions and /v1/chat/completions (plain and streaming SSE, `stream_options.include_usage`),
-so `vllm bench serve` is a real client of it. With `--api-key KEY...` or VLLM_API_KEY (the flag wins, as in vLLM) it
-answers /v1/* (also /v2, /inference, /cohere) 401 {"error": "Unauthorized"} without `Authorization: Bearer KEY`, as
-vLLM's AuthenticationMiddleware does; /health and /metrics stay open. Text is deterministic; "17*23" in a prompt is
+environment overrides them), keeps its port closed while "loading" as vLLM does, then serves GET /health, /ping,
+/v1/models, /metrics and POST /v1/completions and /v1/chat/completions (plain and streaming SSE,
+`stream_options.include_usage`), so `vllm bench serve` is a real client of it; POST /invocations is SageMaker's router,
+which vLLM 0.33 serves on every server (vllm/entrypoints/serve/sagemaker/api_router.py): a chat request's body runs
+chat, one with a prompt a completion. With `--api-key KEY...` or VLLM_API_KEY (the flag wins, as in vLLM) it answers
+/v1/* (also /v2, /inference, /cohere) 401 {"error": "Unauthorized"} without `Authorization: Bearer KEY`, as vLLM's
+AuthenticationMiddleware does; every other path, /invocations included, stays open, as in vLLM. `--middleware
+module.Class` (repeatable) wraps the server in that ASGI middleware class as vLLM does (app.add_middleware: the last
+one given is the outermost, all of them outside vLLM's own guard): each request runs through the chain as an ASGI
+http scope, and a middleware that answers instead of calling on is answered with its response; function middleware
+(vLLM's `@app.middleware("http")` path) is refused at start. Text is deterministic; "17*23" in a prompt is
 answered "391".
 Python standard library only: it runs under the image's venv Python and the host's Python 3.11.
 
@@ -41,8 +47,11 @@ which equals the true count for the word-level tokenizer the bench test builds.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import importlib
+import inspect
 import json
 import os
 import re
@@ -56,6 +65,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 VLLM_VERSION = "0.33.0"
 MODES = ("ok", "crash-on-load", "crash-after-ready", "hang", "garbage", "slow-load")
@@ -100,6 +110,8 @@ class Options:
     shutdown_timeout: int = 0
     # Keys one of which /v1/* requests must carry (vLLM: --api-key, else VLLM_API_KEY); empty: no authentication.
     api_keys: list[str] = field(default_factory=list)
+    # --middleware import paths, in the order given.
+    middleware: list[str] = field(default_factory=list)
     non_default: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -224,6 +236,7 @@ def parse_serve_args(argv: list[str]) -> Options:
     opts.served_model_names = values.pop("served-model-name", [])
     # vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, empty keys dropped.
     opts.api_keys = [k for k in values.pop("api-key", None) or [os.environ.get("VLLM_API_KEY", "")] if k]
+    opts.middleware = values.pop("middleware", [])
     opts.non_default = {k: v[-1] for k, v in values.items()}
     return opts
 
@@ -258,6 +271,8 @@ class Engine:
     def __init__(self, opts: Options, mode: str) -> None:
         self.opts = opts
         self.mode = mode
+        # The --middleware classes, outermost first (load_middleware).
+        self.middleware: list[Any] = []
         self.dead = threading.Event()
         self.hung = threading.Event()
         self.stopping = threading.Event()
@@ -341,6 +356,21 @@ class Engine:
             self.slots.release()
 
 
+def load_middleware(paths: list[str]) -> list[Any]:
+    """The --middleware classes, imported as vLLM's init_entrypoints_middleware imports them, outermost first
+    (Starlette's add_middleware puts each new one outside the ones before it)."""
+    classes = []
+    for path in paths:
+        module_path, _, object_name = path.rpartition(".")
+        imported = getattr(importlib.import_module(module_path), object_name)
+        if inspect.iscoroutinefunction(imported):
+            fail(f"--middleware {path} is a function", "the stand-in plays class (ASGI) middleware only")
+        if not inspect.isclass(imported):
+            raise ValueError(f"Invalid middleware {path}. Must be a function or a class.")
+        classes.append(imported)
+    return classes[::-1]
+
+
 # --------------------------------------------------------------------------------------------------------------- HTTP
 
 
@@ -394,11 +424,55 @@ class Handler(BaseHTTPRequestHandler):
         self._json(401, {"error": "Unauthorized"})
         return True
 
+    def _middleware_answered(self, body: bytes) -> bool:
+        """Run the request through the --middleware chain as an ASGI http scope, the way Starlette's stack runs it
+        before the routes; True when a middleware answered it itself (that answer is sent), False when it reached
+        the app."""
+        if not self.engine.middleware:
+            return False
+        reached: list[bool] = []
+        sent: list[dict[str, Any]] = []
+
+        async def routes(scope: Any, receive: Any, send: Any) -> None:
+            reached.append(True)
+
+        app: Any = routes
+        for cls in reversed(self.engine.middleware):
+            app = cls(app=app)
+        url = urlsplit(self.path)
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": self.command,
+            "scheme": "http", "path": unquote(url.path), "raw_path": url.path.encode(),
+            "query_string": url.query.encode(), "root_path": "",
+            "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()],
+            "client": self.client_address[:2], "server": self.server.server_address[:2],
+        }  # fmt: skip
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        asyncio.run(app(scope, receive, send))
+        if reached:
+            return False
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        data = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        self.send_response(int(start["status"]))
+        for name, value in start.get("headers", []):
+            if name.lower() != b"content-length":
+                self.send_header(name.decode("latin-1"), value.decode("latin-1"))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return True
+
     def do_GET(self) -> None:
-        if self._block_if_hung() or self._refused():
+        if self._block_if_hung() or self._middleware_answered(b"") or self._refused():
             return
         engine = self.engine
-        if self.path == "/health":
+        if self.path in ("/health", "/ping"):
             status = HTTPStatus.SERVICE_UNAVAILABLE if engine.dead.is_set() else HTTPStatus.OK
             self.send_response(status)
             self.send_header("Content-Length", "0")
@@ -465,11 +539,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._block_if_hung() or self._refused():
+        if self._block_if_hung() or self._middleware_answered(raw) or self._refused():
             return
         engine = self.engine
-        chat = self.path == "/v1/chat/completions"
-        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+        if self.path == "/ping":
+            self.do_GET()
+            return
+        if self.path not in ("/v1/completions", "/v1/chat/completions", "/invocations"):
             self._error(404, "Not Found", "NotFoundError")
             return
         try:
@@ -479,6 +555,14 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._error(400, f"Invalid JSON body: {exc}", "BadRequestError")
             return
+        chat = self.path == "/v1/chat/completions"
+        if self.path == "/invocations":
+            # SageMaker's router: the first request type the body validates as, chat before completion.
+            chat = isinstance(body.get("messages"), list)
+            if not chat and "prompt" not in body:
+                self._error(400, "Cannot find suitable handler for request. Expected one of: "
+                            "['ChatCompletionRequest', 'CompletionRequest']", "BadRequestError")  # fmt: skip
+                return
         model = body.get("model") or engine.opts.names[0]
         if model not in engine.opts.names:
             self._error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
@@ -790,6 +874,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log_startup(opts)
     load(opts, mode, engine.stopping)
+    # vLLM builds its app (and imports --middleware) once the engine is up; an import failure ends the server.
+    engine.middleware = load_middleware(opts.middleware)
 
     try:
         server = Server((opts.host, opts.port), engine)
@@ -806,6 +892,8 @@ def main(argv: list[str] | None = None) -> int:
     for route, methods in (
         ("/health", "GET"),
         ("/metrics", "GET"),
+        ("/ping", "GET, POST"),
+        ("/invocations", "POST"),
         ("/v1/models", "GET"),
         ("/v1/chat/completions", "POST"),
         ("/v1/completions", "POST"),

@@ -17,6 +17,10 @@ DEPLOY = REPO / "deploy" / "kubernetes"
 # Every kustomization a user may apply: the base and each overlay (found on disk, so a new overlay is tested too).
 TARGETS = ["base", *sorted(f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir())]
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
+DOCS = REPO / "docs" / "kubernetes.md"
+# A recipe in docs/kubernetes.md: a ```yaml block right after `<!-- recipe: NAME -->`, whose first line `# PATH`
+# names the file; blocks of one name are the files of one recipe, laid out beside this repository's deploy/.
+_RECIPE = re.compile(r"<!-- recipe: (\S+) -->\n```yaml\n(.*?)```", re.S)
 
 Obj = dict[str, Any]
 
@@ -43,6 +47,27 @@ def render(directory: Path) -> list[Obj]:
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed (exit {out.returncode}):\n{out.stderr}")
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+def documented_recipes() -> dict[str, dict[str, str]]:
+    """Each recipe docs/kubernetes.md shows: name -> {file path: text}."""
+    recipes: dict[str, dict[str, str]] = {}
+    for name, block in _RECIPE.findall(DOCS.read_text()):
+        first, _, _ = block.partition("\n")
+        assert first.startswith("# ") and first.endswith("kustomization.yaml"), f"recipe {name}: no `# PATH` line"
+        recipes.setdefault(name, {})[first[2:].strip()] = block
+    return recipes
+
+
+def render_recipe(files: dict[str, str], folder: Path) -> list[Obj]:
+    """Write a recipe's files under `folder` beside a link to this repository's deploy/, as a user would have them
+    beside a checkout, and render its outermost kustomization."""
+    (folder / "deploy").symlink_to(REPO / "deploy")
+    for path, text in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    top = min(files, key=lambda path: path.count("/"))
+    return render(folder / Path(top).parent)
 
 
 def one(objs: list[Obj], kind: str) -> Obj:

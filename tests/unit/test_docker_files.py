@@ -75,3 +75,15 @@ def test_exposed_ports_are_the_settings_defaults() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("1100s", 1100), ("15m", 900), ("18m20s", 1100), ("1h", 3600)])
 def test_duration_parser(text: str, seconds: float) -> None:
     assert duration_s(text) == seconds
+
+
+def test_the_runtime_environment_finds_gkes_driver_and_sends_no_usage_statistics() -> None:
+    """GKE mounts the driver at /usr/local/nvidia (tests/image/test_cluster_env.py loads from it); vLLM's usage
+    statistics are off. The last ENV that sets a name is the one the image has."""
+    env: dict[str, str] = {}
+    for args in dockerfile_instructions("ENV"):
+        for name, value in re.findall(r"(\w+)=(\S+)", args):
+            env[name] = value
+    assert env["LD_LIBRARY_PATH"].split(":") == ["/usr/local/nvidia/lib", "/usr/local/nvidia/lib64"]
+    assert env["PATH"] == "$PATH:/usr/local/nvidia/bin"
+    assert env["VLLM_NO_USAGE_STATS"] == "1" and env["DO_NOT_TRACK"] == "1" and env["HF_HUB_DISABLE_TELEMETRY"] == "1"

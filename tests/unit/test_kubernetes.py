@@ -28,6 +28,7 @@ from k8s_manifests import (
     TARGETS,
     Obj,
     container,
+    documented_recipes,
     kinds,
     one,
     pod_spec,
@@ -35,17 +36,19 @@ from k8s_manifests import (
     probe_budget_s,
     quantity_bytes,
     render,
+    render_recipe,
     settings_data,
 )
 from local_http import Canned, serve
 
-from t4serve import hostmem, preflight
+from t4serve import hostmem, preflight, telemetry
 from t4serve.aliases import MODEL_ALIASES
 from t4serve.checkpoint import builtin_facts
 from t4serve.commands.healthcheck import DEADLINE_S
+from t4serve.gpus import THROTTLE_REASONS
 from t4serve.render import SupervisorInputs, render_supervisord_conf
 from t4serve.settings import VARIABLES_BY_NAME, Settings
-from t4serve.supervise.startbudget import cold_start_budget
+from t4serve.supervise.startbudget import MIN_DOWNLOAD_BYTES_PER_S, cold_start_budget
 from t4serve.supervise.state import RunSpec, new_state, write_state
 
 # The Kubernetes minors the built-in objects are checked against: the oldest the manifests promise to work on (every
@@ -55,7 +58,19 @@ K8S_VERSIONS = ("1.32", "1.37")
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitor_v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrule_v1.json",
 }
+# Kinds that live outside any namespace; every other kind rendered here must carry one.
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PersistentVolume",
+                  "CustomResourceDefinition", "PriorityClass"}  # fmt: skip
+# What pulling the image may take on the slowest link t4serve's start budget assumes (preflight.IMAGE_BYTES at
+# startbudget.MIN_DOWNLOAD_BYTES_PER_S): part of a rollout's turn, with the old pod's grace and the new pod's start.
+IMAGE_PULL_S = preflight.IMAGE_BYTES / MIN_DOWNLOAD_BYTES_PER_S
+# Where the image writes (besides /cache and /dev/shm) under a read-only root: T4SERVE_STATE_DIR's /tmp and HOME.
+WRITABLE_PATHS = ("/tmp", "/home/t4serve")
+# The PVC annotation components/rwx-cache reads its class from, and the base's value (no class chosen).
+RWX_CLASS_ANNOTATION = "t4serve/rwx-storage-class"
+RWX_CLASS_UNSET = "set-t4serve-rwx-storage-class"
 CRD_DIR = Path(__file__).parent / "data" / "crd"
 # supervisord's own default for a program without stopwaitsecs (the listener's section has none).
 SUPERVISORD_DEFAULT_STOPWAITSECS = 10
@@ -74,35 +89,35 @@ def rendered() -> dict[str, list[Obj]]:
     return {target: render(DEPLOY / target) for target in TARGETS}
 
 
-def composed(tmp_path: Path, resources: list[str], components: list[str]) -> list[Obj]:
-    """A user's own kustomization (outside the repository) combining an overlay with components, rendered."""
-    rel = [os.path.relpath(DEPLOY / r, tmp_path) for r in resources]
-    comps = [os.path.relpath(DEPLOY / c, tmp_path) for c in components]
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                        "resources": rel, "components": comps})
-    )
-    return render(tmp_path)
+@pytest.fixture(scope="module")
+def recipes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Obj]]:
+    """Every recipe docs/kubernetes.md shows, written out as it stands and rendered."""
+    return {name: render_recipe(files, tmp_path_factory.mktemp(f"recipe-{name}"))
+            for name, files in documented_recipes().items()}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ render and validate
 
 
 def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str, list[Obj]]) -> None:
-    base = ["Namespace", "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "PodDisruptionBudget"]
+    # No Namespace: the base does not own it (components/namespace adds it), so `kubectl delete -k` never deletes it.
+    base = ["ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "PodDisruptionBudget", "NetworkPolicy"]
+    monitoring = ["PodMonitor", "PrometheusRule", "ConfigMap"]
     expected = {
         "base": base,
         "overlays/gke-t4": base,
         "overlays/eks-g4dn": base,
-        "overlays/autoscaling": [*base, "PodMonitor", "ScaledObject"],
-        "overlays/autoscaling-hpa": [*base, "HorizontalPodAutoscaler", "PodMonitor"],
+        "overlays/aks-t4": base,
+        "overlays/pinned-digest": base,
+        "overlays/autoscaling": [*base, *monitoring, "ScaledObject"],
+        "overlays/autoscaling-hpa": [*base, *monitoring, "HorizontalPodAutoscaler"],
     }
     assert sorted(rendered) == sorted(expected), "a new overlay needs its expected objects here"
     for target, objs in rendered.items():
         assert sorted(kinds(objs)) == sorted(expected[target]), target
+        assert namespace_problems(objs) == [], target
         for obj in objs:
-            if obj["kind"] != "Namespace":
-                assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
+            assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
             assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "t4serve", (target, obj["kind"])
 
 
@@ -152,13 +167,186 @@ def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) ->
         assert validation_errors(broken, K8S_VERSIONS[0]), broken["kind"]
 
 
-def test_overlays_compose_with_the_autoscaling_components(tmp_path: Path) -> None:
-    objs = composed(tmp_path, ["overlays/gke-t4"], ["components/rwx-cache", "components/monitoring", "components/keda"])
-    assert "ScaledObject" in kinds(objs) and pod_spec(objs)["nodeSelector"]
-    assert one(objs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+def test_every_documented_recipe_renders_valid_objects_that_hold_every_rule(recipes: dict[str, list[Obj]]) -> None:
+    # What the docs show: a cloud overlay alone, each with the autoscaling components, the RWX class named by hand, and
+    # another namespace (two kustomizations). A renamed or dropped recipe fails here rather than going untested.
+    assert {"gke", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class", "another-namespace"} <= set(recipes)
+    for name, objs in recipes.items():
+        assert namespace_problems(objs) == [], name
+        assert deployment_problems(objs) == [], name
+        assert storage_problems(objs) == [], name
+        for version in K8S_VERSIONS:
+            assert [e for obj in objs for e in validation_errors(obj, version)] == [], (name, version)
+    scaled = recipes["gke-autoscaling"]
+    assert {"ScaledObject", "PodMonitor", "PrometheusRule"} <= set(kinds(scaled)) and pod_spec(scaled)["nodeSelector"]
+    assert one(scaled, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard-rwx"
+    assert one(recipes["aks-autoscaling-hpa"], "PersistentVolumeClaim")["spec"]["storageClassName"] == "azurefile-csi"
+    assert one(recipes["eks-own-rwx-class"], "PersistentVolumeClaim")["spec"]["storageClassName"] == "my-efs-class"
+    # Another namespace: every object there, the Namespace created with Pod Security's labels, the query following.
+    moved = recipes["another-namespace"]
+    assert {o["metadata"].get("namespace") for o in moved if o["kind"] != "Namespace"} == {"team-a"}
+    namespace = one(moved, "Namespace")["metadata"]
+    assert namespace["name"] == "team-a" and namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert 'namespace="team-a"' in one(moved, "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]
+
+
+def test_the_namespace_rule_catches_an_object_left_outside(recipes: dict[str, list[Obj]]) -> None:
+    """The defect the docs' cloud + autoscaling recipe had: component objects rendered without a namespace."""
+    for kind in ("ScaledObject", "PodMonitor", "PrometheusRule"):
+        objs = copy.deepcopy(recipes["gke-autoscaling"])
+        del one(objs, kind)["metadata"]["namespace"]
+        assert any(p.startswith(f"{kind}/t4serve: namespace None") for p in namespace_problems(objs)), kind
+    objs = copy.deepcopy(recipes["another-namespace"])
+    one(objs, "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"] = 'sum(x{namespace="t4serve"})'
+    assert any("does not count namespace 'team-a'" in p for p in namespace_problems(objs))
+    objs = copy.deepcopy(recipes["another-namespace"])
+    one(objs, "Namespace")["metadata"]["name"] = "t4serve"
+    assert any("creates a namespace other than" in p for p in namespace_problems(objs))
+
+
+def storage_problems(objs: list[Obj]) -> list[str]:
+    """A ReadWriteMany claim names a storage class that was chosen (RWX needs one on every major cloud)."""
+    claim = one(objs, "PersistentVolumeClaim")["spec"]
+    if "ReadWriteMany" not in claim["accessModes"]:
+        return []
+    cls = claim.get("storageClassName")
+    if not cls or cls == RWX_CLASS_UNSET:
+        return [f"storage: the ReadWriteMany claim's class is {cls!r}: set {RWX_CLASS_ANNOTATION} or the class"]
+    return []
+
+
+def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: dict[str, list[Obj]]) -> None:
+    # The cloud overlays choose it for components/rwx-cache; the cloud-neutral overlays leave it unset on purpose,
+    # where the claim stays Pending with a message naming the setting.
+    expected = {"overlays/gke-t4": "standard-rwx", "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
+                "base": RWX_CLASS_UNSET, "overlays/pinned-digest": RWX_CLASS_UNSET}  # fmt: skip
+    for target, cls in expected.items():
+        claim = one(rendered[target], "PersistentVolumeClaim")
+        assert claim["metadata"]["annotations"][RWX_CLASS_ANNOTATION] == cls, target
+        # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none).
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in claim["spec"], target
+    for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
+        assert one(rendered[target], "PersistentVolumeClaim")["spec"]["storageClassName"] == RWX_CLASS_UNSET
+        assert storage_problems(rendered[target]) != []
+    objs = copy.deepcopy(recipes["gke-autoscaling"])
+    del one(objs, "PersistentVolumeClaim")["spec"]["storageClassName"]
+    assert storage_problems(objs) != []
+
+
+# ------------------------------------------------------------------------------------------------------- namespaces
+
+
+def namespace_problems(objs: list[Obj]) -> list[str]:
+    """Every namespaced object has a namespace, all the same one (the Deployment's), and the KEDA query counts the
+    queue of that namespace."""
+    namespace = one(objs, "Deployment")["metadata"].get("namespace")
+    problems = [] if namespace else ["Deployment: no namespace"]
     for obj in objs:
-        assert validation_errors(obj, K8S_VERSIONS[0]) == [], obj["kind"]
-    assert deployment_problems(objs) == []
+        where = f"{obj['kind']}/{obj['metadata'].get('name')}"
+        if obj["kind"] in CLUSTER_SCOPED:
+            if obj["kind"] == "Namespace" and obj["metadata"]["name"] != namespace:
+                problems.append(f"{where}: creates a namespace other than the Deployment's {namespace}")
+        elif obj["metadata"].get("namespace") != namespace:
+            got = obj["metadata"].get("namespace")
+            problems.append(f"{where}: namespace {got!r}, the Deployment's is {namespace!r}")
+        if obj["kind"] == "ScaledObject":
+            for trigger in obj["spec"]["triggers"]:
+                query = trigger["metadata"].get("query", "")
+                if f'namespace="{namespace}"' not in query:
+                    problems.append(f"{where}: query {query!r} does not count namespace {namespace!r}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------- network policy
+
+
+def _selects(selector: Obj | None, labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels, matchExpressions) against labels; {} selects everything."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        ok = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values, "Exists": key in labels,
+              "DoesNotExist": key not in labels}[op]  # fmt: skip
+        if not ok:
+            return False
+    return True
+
+
+def admits(policy: Obj, pod: Obj, ports: dict[str, int], source_namespace: str, source_labels: dict[str, str],
+           port: int) -> bool:  # fmt: skip
+    """Whether NetworkPolicy `policy` (in the pod's namespace) lets a pod with `source_labels` in `source_namespace`
+    reach `pod` (its template: labels and named ports) on TCP `port`: Kubernetes' ingress semantics (a rule's peers
+    are ORed, its ports ORed, a missing `from` or `ports` means all; podSelector alone is this namespace,
+    namespaceSelector alone all pods of the namespaces it picks, both together pods of those namespaces). Namespaces
+    are matched by the label Kubernetes gives each, kubernetes.io/metadata.name. ipBlock peers admit no pod here."""
+    namespace = policy["metadata"]["namespace"]
+    spec = policy["spec"]
+    if not _selects(spec["podSelector"], pod["metadata"]["labels"]) or "Ingress" not in spec.get("policyTypes", []):
+        return True
+    ns_labels = {"kubernetes.io/metadata.name": source_namespace}
+    for rule in spec.get("ingress", []):
+        rule_ports = rule.get("ports")
+        if rule_ports is not None and not any(
+            p.get("protocol", "TCP") == "TCP" and (ports.get(p["port"]) if isinstance(p["port"], str) else p["port"])
+            == port for p in rule_ports
+        ):  # fmt: skip
+            continue
+        peers = rule.get("from")
+        if peers is None:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer:
+                continue
+            if "namespaceSelector" in peer:
+                in_namespace = _selects(peer["namespaceSelector"], ns_labels)
+            else:
+                in_namespace = source_namespace == namespace
+            if in_namespace and _selects(peer.get("podSelector", {}), source_labels):
+                return True
+    return False
+
+
+# The declared exposure: (source namespace or "SAME", port name) -> admitted. Prometheus runs in `monitoring`, the
+# ingress controller in `ingress-nginx` (base/networkpolicy.yaml says how to change them).
+EXPOSURE = {
+    ("SAME", "http"): True, ("SAME", "telemetry"): False,
+    ("ingress-nginx", "http"): True, ("ingress-nginx", "telemetry"): False,
+    ("monitoring", "http"): True, ("monitoring", "telemetry"): True,
+    ("kube-system", "http"): False, ("other-team", "http"): False, ("other-team", "telemetry"): False,
+}  # fmt: skip
+
+
+def network_problems(objs: list[Obj]) -> list[str]:
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    if not policies:
+        return ["network: no NetworkPolicy selects the pods"]
+    pod = one(objs, "Deployment")["spec"]["template"]
+    ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    namespace = one(objs, "Deployment")["metadata"]["namespace"]
+    problems = []
+    for policy in policies:
+        selector = policy["spec"]["podSelector"]
+        if not _selects(selector, pod["metadata"]["labels"]) or selector == {}:
+            name = policy["metadata"]["name"]
+            problems.append(f"network: NetworkPolicy {name} must select the t4serve pods by label")
+    selecting = [p for p in policies if _selects(p["spec"]["podSelector"], pod["metadata"]["labels"])]
+
+    def reaches(src: str, port: int) -> bool:
+        # No policy selecting the pod: all traffic. Several: the union of what they admit.
+        return not selecting or any(admits(p, pod, ports, src, {"app": "client"}, port) for p in selecting)
+
+    for (source, name), expected in EXPOSURE.items():
+        src = namespace if source == "SAME" else source
+        got = reaches(src, ports[name])
+        if got != expected:
+            problems.append(f"network: a pod in {src} {'reaches' if got else 'cannot reach'} port {name}")
+    # Any port the container does not declare is closed to everyone, the pod's own namespace included.
+    if reaches(namespace, 1 + max(ports.values())):
+        problems.append("network: an undeclared port is open")
+    return problems
 
 
 # ----------------------------------------------------------------------------------------------------------- rules
@@ -325,6 +513,92 @@ def deployment_problems(objs: list[Obj]) -> list[str]:
             problems.append(f"Service: targetPort {port['targetPort']} is not a container port")
     if not any(t.get("topologyKey") == "kubernetes.io/hostname" for t in spec.get("topologySpreadConstraints", [])):
         problems.append("topology: no spread over nodes (kubernetes.io/hostname)")
+
+    # Rollout: one pod's whole turn (the old pod's grace, the image pull, the startup budget) within the deadline.
+    deployment = one(objs, "Deployment")["spec"]
+    deadline = int(deployment.get("progressDeadlineSeconds", 600))
+    turn = grace + IMAGE_PULL_S + (probe_budget_s(startup) if startup else 0)
+    if deadline <= max(turn, worst):
+        problems.append(f"rollout: progressDeadlineSeconds {deadline} <= grace {grace} + image pull {IMAGE_PULL_S:.0f}"
+                        f" + startup {probe_budget_s(startup) if startup else 0} = {turn:.0f} s")  # fmt: skip
+
+    # Read-only root: every path the image writes is a volume.
+    if ctr_sc.get("readOnlyRootFilesystem") is not True:
+        problems.append("filesystem: readOnlyRootFilesystem must be true")
+    disk_limits = 0
+    for path in (*WRITABLE_PATHS, "/cache", "/dev/shm"):
+        volume = volumes.get(mounts.get(path, {}).get("name", ""))
+        if volume is None or not ({"emptyDir", "persistentVolumeClaim"} & set(volume)):
+            problems.append(f"filesystem: {path} is not a writable volume (emptyDir or PVC)")
+        elif "emptyDir" in volume and volume["emptyDir"].get("medium") != "Memory":
+            size = volume["emptyDir"].get("sizeLimit")
+            disk_limits += quantity_bytes(size) if size else 0
+            if size is None:
+                problems.append(f"filesystem: the emptyDir at {path} has no sizeLimit")
+    tmp = volumes.get(mounts.get("/tmp", {}).get("name", ""), {}).get("emptyDir", {})
+    tmp_need = preflight.DISK_NEED_BY_ROLE["tmp"] + preflight.DISK_NEED_BY_ROLE["state"]
+    if tmp.get("sizeLimit") and quantity_bytes(tmp["sizeLimit"]) < tmp_need:
+        problems.append(f"filesystem: /tmp's sizeLimit {tmp['sizeLimit']} < preflight's {tmp_need} B")
+    # Node disk: requested, and limited to at least what the disk emptyDirs may hold.
+    eph_request, eph_limit = requests.get("ephemeral-storage"), limits.get("ephemeral-storage")
+    if eph_request is None or eph_limit is None:
+        problems.append("ephemeral-storage: no request or no limit")
+    elif not disk_limits <= quantity_bytes(eph_limit) or quantity_bytes(eph_request) > quantity_bytes(eph_limit):
+        problems.append(f"ephemeral-storage: limit {eph_limit} < the emptyDirs' {disk_limits} B, or request > limit")
+
+    # Pod Security Admission's restricted profile (Kubernetes' Pod Security Standards), the fields this pod sets.
+    problems += [f"restricted: {p}" for p in restricted_problems(spec)]
+
+    # The image's environment finds GKE's driver (docker/Dockerfile's LD_LIBRARY_PATH and PATH): the pod must not
+    # replace either.
+    for name in ("LD_LIBRARY_PATH", "PATH"):
+        if name in env or name in data:
+            problems.append(f"driver: the pod sets {name}, replacing the image's (it finds GKE's /usr/local/nvidia)")
+
+    # Drains: a not-ready pod never blocks them.
+    pdb = one(objs, "PodDisruptionBudget")["spec"]
+    if pdb.get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
+        problems.append("PodDisruptionBudget: unhealthyPodEvictionPolicy must be AlwaysAllow")
+
+    problems += network_problems(objs)
+    return problems
+
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
+                      "secret"}  # fmt: skip
+
+
+def restricted_problems(spec: Obj) -> list[str]:
+    """The pod against Pod Security Standards' restricted profile (what `pod-security.kubernetes.io/enforce:
+    restricted` refuses): host namespaces, privileged, capabilities, volume types, privilege escalation, non-root,
+    seccomp, host ports."""
+    problems = []
+    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
+        problems.append("host namespaces")
+    for volume in spec.get("volumes", []):
+        kind = next(k for k in volume if k != "name")
+        if kind not in RESTRICTED_VOLUMES:
+            problems.append(f"volume {volume['name']} is {kind}")
+    pod_sc = spec.get("securityContext", {})
+    for ctr in [*spec.get("initContainers", []), *spec["containers"]]:
+        sc = ctr.get("securityContext", {})
+        if sc.get("privileged"):
+            problems.append(f"{ctr['name']}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{ctr['name']}: allowPrivilegeEscalation is not false")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            problems.append(f"{ctr['name']}: capabilities do not drop ALL")
+        if set(sc.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{ctr['name']}: adds capabilities")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            problems.append(f"{ctr['name']}: runAsNonRoot is not true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            problems.append(f"{ctr['name']}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{ctr['name']}: seccompProfile {seccomp}")
+        if any(p.get("hostPort") for p in ctr.get("ports", [])):
+            problems.append(f"{ctr['name']}: hostPort")
     return problems
 
 
@@ -376,6 +650,50 @@ def _configmap(key: str, value: str) -> Mutation:
     return mutate
 
 
+def _deployment(key: str, value: Any) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        spec = one(objs, "Deployment")["spec"]
+        if value is None:
+            del spec[key]
+        else:
+            spec[key] = value
+
+    return mutate
+
+
+def _pdb(key: str, value: Any) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        spec = one(objs, "PodDisruptionBudget")["spec"]
+        if value is None:
+            del spec[key]
+        else:
+            spec[key] = value
+
+    return mutate
+
+
+def _drop(kind: str) -> Mutation:
+    def mutate(objs: list[Obj]) -> None:
+        objs.remove(one(objs, kind))
+
+    return mutate
+
+
+def _policy(path: tuple[str | int, ...], value: Any) -> Mutation:
+    """Set (None: delete) a field of the rendered NetworkPolicy."""
+
+    def mutate(objs: list[Obj]) -> None:
+        node: Any = one(objs, "NetworkPolicy")
+        for key in path[:-1]:
+            node = node[key]
+        if value is None:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+
+    return mutate
+
+
 def _add_env(entry: Obj) -> Mutation:
     def mutate(objs: list[Obj]) -> None:
         container(objs)["env"].append(entry)
@@ -386,8 +704,8 @@ def _add_env(entry: Obj) -> Mutation:
 BREAKAGES: dict[str, tuple[Mutation, str]] = {
     "two GPUs": (_set(("ctr", "resources", "limits", "nvidia.com/gpu"), 2), "GPU:"),
     "no GPU": (_set(("ctr", "resources", "limits"), {"memory": "13Gi"}), "GPU:"),
-    "small shm": (_set(("pod", "volumes", 1, "emptyDir", "sizeLimit"), "512Mi"), "shm:"),
-    "disk-backed shm": (_set(("pod", "volumes", 1, "emptyDir"), {"sizeLimit": "2Gi"}), "shm:"),
+    "small shm": (_set(("pod", "volumes", 3, "emptyDir", "sizeLimit"), "512Mi"), "shm:"),
+    "disk-backed shm": (_set(("pod", "volumes", 3, "emptyDir"), {"sizeLimit": "2Gi"}), "shm:"),
     "service links on": (_set(("pod", "enableServiceLinks"), True), "enableServiceLinks"),
     "readiness on /health": (_set(("ctr", "readinessProbe"), {"httpGet": {"path": "/health", "port": 8000}}),
                              "probes:"),
@@ -407,6 +725,26 @@ BREAKAGES: dict[str, tuple[Mutation, str]] = {
     "escalation": (_set(("ctr", "securityContext", "allowPrivilegeEscalation"), True), "security:"),
     "wrong port": (_set(("ctr", "ports", 0, "containerPort"), 8080), "ports:"),
     "no node spread": (_set(("pod", "topologySpreadConstraints"), None), "topology:"),
+    "default rollout deadline": (_deployment("progressDeadlineSeconds", None), "rollout:"),
+    "rollout deadline below a start": (_deployment("progressDeadlineSeconds", 1300), "rollout:"),
+    "writable root": (_set(("ctr", "securityContext", "readOnlyRootFilesystem"), None), "filesystem:"),
+    "no /tmp volume": (_set(("ctr", "volumeMounts", 1, "mountPath"), "/scratch"), "filesystem:"),
+    "home without a size": (_set(("pod", "volumes", 2, "emptyDir"), {}), "filesystem:"),
+    "small /tmp": (_set(("pod", "volumes", 1, "emptyDir", "sizeLimit"), "128Mi"), "filesystem:"),
+    "no ephemeral limit": (_set(("ctr", "resources", "limits", "ephemeral-storage"), None), "ephemeral-storage:"),
+    "ephemeral limit below the emptyDirs": (_set(("ctr", "resources", "limits", "ephemeral-storage"), "1Gi"),
+                                            "ephemeral-storage:"),
+    "no seccomp": (_set(("pod", "securityContext", "seccompProfile"), None), "restricted:"),
+    "hostPath volume": (_set(("pod", "volumes", 0), {"name": "cache", "hostPath": {"path": "/data"}}), "restricted:"),
+    "adds a capability": (_set(("ctr", "securityContext", "capabilities", "add"), ["SYS_ADMIN"]), "restricted:"),
+    "replaces LD_LIBRARY_PATH": (_add_env({"name": "LD_LIBRARY_PATH", "value": "/opt/lib"}), "driver:"),
+    "unhealthy pods block drains": (_pdb("unhealthyPodEvictionPolicy", None), "PodDisruptionBudget:"),
+    "no network policy": (_drop("NetworkPolicy"), "network:"),
+    "policy selects the whole namespace": (_policy(("spec", "podSelector"), {}), "network:"),
+    "telemetry from the namespace": (_policy(("spec", "ingress", 1, "from"), [{"podSelector": {}}]), "network:"),
+    "api from every namespace": (_policy(("spec", "ingress", 0, "from", 1), {"namespaceSelector": {}}), "network:"),
+    "a rule without ports": (_policy(("spec", "ingress", 0, "ports"), None), "network:"),
+    "egress only": (_policy(("spec", "policyTypes"), ["Egress"]), "network:"),
 }
 
 
@@ -444,6 +782,13 @@ def test_the_rendered_probes_tell_loading_ready_and_hung_apart(rendered: dict[st
     state(1, "loading_weights")
     assert _run_probe(readiness, tmp_path).returncode == 1
     assert _run_probe(liveness, tmp_path).returncode == 0
+    # A reload (attempt 2) that has loaded for longer than the cold-start budget the startupProbe is sized from: wedged.
+    spec = RunSpec(["vllm", "serve", "m"], {}, "m", "gemma", "127.0.0.1", 1, "float16", 30, True, None,
+                   "/nonexistent/hub", "/nonexistent/cache")  # fmt: skip
+    began = time.time() - worst_start_s(settings_of(rendered["base"])) - 60
+    write_state(tmp_path, new_state(spec, started_at=began - 600, attempt=2, now=began).with_phase("compiling", began))
+    wedged = _run_probe(liveness, tmp_path)
+    assert wedged.returncode == 1 and wedged.stderr.rstrip().endswith(": wedged"), wedged.stderr
     models = {"object": "list", "data": [{"id": "gemma"}]}
     with serve({"/health": Canned(), "/v1/models": Canned(body=models)}) as server:
         state(server.port, "ready")
@@ -513,8 +858,72 @@ def test_cloud_overlays_select_their_gpu_nodes(rendered: dict[str, list[Obj]]) -
     term = eks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     instance_types = term["matchExpressions"][0]["values"]
     assert instance_types and all(t.startswith("g4dn.") for t in instance_types)
-    for spec in (gke, eks):
+    aks = pod_spec(rendered["overlays/aks-t4"])
+    term = aks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    sizes = term["matchExpressions"][0]["values"]
+    assert sizes and all(t.startswith("Standard_NC") and t.endswith("as_T4_v3") for t in sizes)
+    assert {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in aks["tolerations"]
+    for spec in (gke, eks, aks):
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_the_image_is_pinned_by_digest_in_its_overlay_and_by_tag_elsewhere(rendered: dict[str, list[Obj]]) -> None:
+    pinned = container(rendered["overlays/pinned-digest"])["image"]
+    assert re.fullmatch(r"[a-z0-9.\-/]+/t4serve@sha256:[0-9a-f]{64}", pinned)
+    assert container(rendered["base"])["image"] == "t4serve:dev"
+
+
+# ------------------------------------------------------------------------------------------------------- monitoring
+
+# kube-state-metrics' series the alerts read (kube-prometheus-stack ships it): Deployment replicas and restarts.
+KUBE_STATE_METRICS = {"kube_deployment_status_replicas_available", "kube_deployment_spec_replicas",
+                      "kube_pod_container_status_restarts_total"}  # fmt: skip
+METRIC = re.compile(r"\b((?:vllm:|t4serve_|kube_)[a-zA-Z0-9_:]+)")
+
+
+def monitoring_expressions(objs: list[Obj]) -> dict[str, str]:
+    """Every PromQL expression components/monitoring renders: each alert's, and each dashboard panel target's."""
+    groups = one(objs, "PrometheusRule")["spec"]["groups"]
+    exprs = {f"alert {r['alert']}": r["expr"] for g in groups for r in g["rules"]}
+    board = json.loads(next(o for o in objs if o["kind"] == "ConfigMap" and "t4serve.json" in o.get("data", {}))
+                       ["data"]["t4serve.json"])  # fmt: skip
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            exprs[f"panel {panel['title']} {target['refId']}"] = target["expr"]
+    return exprs
+
+
+def test_the_alerts_and_the_dashboard_read_metrics_that_exist(rendered: dict[str, list[Obj]]) -> None:
+    """t4serve's own series against its telemetry code; kube-state-metrics' by name; vLLM's against the image's vLLM
+    source in tests/image/test_monitoring_names.py."""
+    objs = rendered["overlays/autoscaling"]
+    exprs = monitoring_expressions(objs)
+    ours = {name for name, *_ in telemetry._GAUGES} | {"t4serve_gpu_clocks_event_reason"}
+    used = {m for e in exprs.values() for m in METRIC.findall(e)}
+    assert {m for m in used if m.startswith("t4serve_")} <= ours
+    assert {m for m in used if m.startswith("kube_")} <= KUBE_STATE_METRICS
+    assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "t4serve_gpu_clocks_event_reason"} <= used
+    # Throttling reasons are the telemetry's own keys.
+    keys = {key for _bit, key, _label in THROTTLE_REASONS}
+    for reason in re.findall(r'reason=~"([^"]+)"', exprs["alert T4serveGpuThrottled"])[0].split("|"):
+        assert reason in keys
+    # Each expression selects t4serve's pods (by container, or the Deployment by name), never everything.
+    for where, expr in exprs.items():
+        assert 'container="t4serve"' in expr or 'deployment="t4serve"' in expr, where
+    board = json.loads(one([o for o in objs if o["kind"] == "ConfigMap" and "t4serve.json" in o.get("data", {})],
+                           "ConfigMap")["data"]["t4serve.json"])  # fmt: skip
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) and board["uid"] == "t4serve"
+    assert all("$namespace" in t["expr"] for p in board["panels"] for t in p.get("targets", []))
+
+
+def test_not_ready_waits_longer_than_a_start(rendered: dict[str, list[Obj]]) -> None:
+    rules = {r["alert"]: r for g in one(rendered["overlays/autoscaling"], "PrometheusRule")["spec"]["groups"]
+             for r in g["rules"]}  # fmt: skip
+    minutes = int(rules["T4serveNotReady"]["for"].removesuffix("m"))
+    assert minutes * 60 > probe_budget_s(container(rendered["base"])["startupProbe"])
+    assert set(rules) == {"T4serveNotReady", "T4serveRestarting", "T4serveKvCacheNearlyFull", "T4serveQueueGrowing",
+                          "T4serveGpuThrottled"}  # fmt: skip
 
 
 def test_quantities() -> None:

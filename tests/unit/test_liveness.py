@@ -1,4 +1,5 @@
-"""healthcheck --liveness: restart only a ready server that stopped answering /health; never a loading one."""
+"""healthcheck --liveness: restart a ready server that stopped answering /health, or a vLLM attempt that has loaded
+for longer than the cold-start budget (a wedged reload); never one loading within it."""
 
 from __future__ import annotations
 
@@ -13,16 +14,36 @@ import pytest
 from local_http import Canned, serve
 from serve_states import state_at
 
-from t4serve.commands.healthcheck import check_liveness
-from t4serve.supervise.state import LOADING_PHASES, write_state
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts
+from t4serve.commands.healthcheck import check_liveness, loading_bound_s
+from t4serve.supervise.startbudget import cold_start_budget
+from t4serve.supervise.state import LOADING_PHASES, Prediction, write_state
+from t4serve.units import fmt_duration
 
 
 @pytest.mark.parametrize("phase", LOADING_PHASES)
-def test_a_loading_server_is_alive_however_long_it_loads(tmp_path: Path, phase: str) -> None:
-    # Port 1: nothing listens, as vLLM keeps its port closed while loading; a day into the phase it is still alive.
-    write_state(tmp_path, state_at(1, phase))
-    code, line = check_liveness(tmp_path, timeout=0.5, now=1000.0 + 86400.0)
+def test_a_loading_server_is_alive_until_its_cold_start_budget_has_passed(tmp_path: Path, phase: str) -> None:
+    # Port 1: nothing listens, as vLLM keeps its port closed while loading. A reload (attempt 2) that began at 1000 s.
+    write_state(tmp_path, replace(state_at(1, phase), attempt=2))
+    bound = loading_bound_s(state_at(1, phase))
+    code, line = check_liveness(tmp_path, timeout=0.5, now=1000.0 + bound - 1)
     assert code == 0 and line.startswith("alive, loading: ")
+    code, line = check_liveness(tmp_path, timeout=0.5, now=1000.0 + bound + 1)
+    assert code == 1 and line.startswith("not alive: ") and line.endswith(": wedged"), line
+    assert "attempt 2" in line and f"beyond the {fmt_duration(bound)}" in line
+
+
+def test_the_loading_bound_is_the_larger_built_in_models_cold_start_budget() -> None:
+    """The same figure the Kubernetes startupProbe is sized from (tests/unit/test_kubernetes.py): bf16's 1287 s."""
+    bf16 = builtin_facts(MODEL_ALIASES["bf16"], "test")
+    assert bf16 is not None
+    assert loading_bound_s(state_at(1, "loading_weights")) == cold_start_budget(bf16.weight_bytes).total_seconds
+    assert 1200 < loading_bound_s(state_at(1, "loading_weights")) < 1350
+    # Another model's bound follows the weights the plan predicted for it, when they are larger.
+    big = replace(state_at(1, "loading_weights"),
+                  predictions={"model_memory_gib": Prediction("model_memory_gib", 40.0, "GiB", "plan")})  # fmt: skip
+    assert loading_bound_s(big) == cold_start_budget(40 * 2**30).total_seconds
 
 
 @pytest.mark.parametrize("phase", ["stopping", "failed", "canary_failed"])

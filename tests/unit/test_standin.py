@@ -161,6 +161,42 @@ def test_api_key_guards_v1_as_vllm_does(start: Any, extra: tuple[str, ...], env:
     assert "sk-standin" not in s.output
 
 
+def test_invocations_runs_the_model_without_the_key_as_vllm_does(start: Any) -> None:
+    """vLLM 0.33's guard covers /v1, /v2, /inference and /cohere only: SageMaker's /invocations answers keyless."""
+    s = start("--served-model-name", "gemma", env={"VLLM_API_KEY": "sk-standin"})
+    status, body = s.request("POST", "/invocations", {"model": "gemma", "prompt": "17*23=", "max_tokens": 8})
+    assert status == 200 and json.loads(body)["choices"][0]["text"] == "391"
+    status, body = s.request("POST", "/invocations", {"model": "gemma", "messages": [{"role": "user",
+                                                                                     "content": "17*23="}]})
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "391"
+    status, body = s.request("POST", "/invocations", {"model": "gemma"})
+    assert status == 400 and "Cannot find suitable handler" in body
+    assert s.request("GET", "/ping") == (200, "") and s.request("POST", "/ping")[0] == 200
+
+
+def test_middleware_wraps_every_route_as_vllm_adds_it(start: Any) -> None:
+    """`--middleware t4serve.apiguard.ApiKeyGuard`: the class itself, driven as ASGI, closes /invocations too."""
+    s = start("--served-model-name", "gemma", "--middleware", "t4serve.apiguard.ApiKeyGuard",
+              env={"VLLM_API_KEY": "sk-standin"})  # fmt: skip
+    unauthorized = (401, json.dumps({"error": "Unauthorized"}))
+    prompt = {"model": "gemma", "prompt": "17*23=", "max_tokens": 8}
+    assert s.request("POST", "/invocations", prompt) == unauthorized
+    assert s.request("POST", "/invocations", prompt, headers={"Authorization": "Bearer sk-wrong"}) == unauthorized
+    assert s.request("POST", "/nonexistent") == unauthorized
+    auth = {"Authorization": "Bearer sk-standin"}
+    status, body = s.request("POST", "/invocations", prompt, headers=auth)
+    assert status == 200 and json.loads(body)["choices"][0]["text"] == "391"
+    assert s.request("POST", "/v1/completions", prompt, headers=auth)[0] == 200
+    for path in ("/health", "/ping", "/metrics"):
+        assert s.request("GET", path)[0] == 200, path
+
+
+def test_middleware_that_cannot_be_imported_ends_the_start(start: Any) -> None:
+    s = start("--middleware", "t4serve.apiguard.NoSuchGuard", ready=False)
+    assert s.finish() == 1
+    assert "AttributeError" in s.output and "NoSuchGuard" in s.output
+
+
 def test_no_key_means_no_authentication(start: Any) -> None:
     s = start("--served-model-name", "gemma", env={"VLLM_API_KEY": ""})
     assert s.request("GET", "/v1/models")[0] == 200

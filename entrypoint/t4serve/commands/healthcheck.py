@@ -1,6 +1,8 @@
 """`t4serve healthcheck`: exit 0 only when the server is ready and answers; 1 otherwise, one line on stderr why.
-`--liveness` asks a narrower question for Kubernetes' livenessProbe: should this container be restarted? Only a
-server that was ready and no longer answers /health (hung, or its engine dead) says no; a loading one never does.
+`--liveness` asks a narrower question for Kubernetes' livenessProbe: should this container be restarted? A server
+that was ready and no longer answers /health (hung, or its engine dead) says yes, and so does a vLLM attempt that has
+been loading for longer than the cold-start budget (a reload that hangs: download, load and compile all done within
+it on a cold cache); a loading one within its budget never does.
 
 Reads the state file the vLLM wrapper keeps (phase, canary) and probes /health and /v1/models; /v1/models carries the
 API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else VLLM_API_KEY) when one is set. `--timeout` is a wall-clock
@@ -19,17 +21,33 @@ from typing import Any
 
 import click
 
+from t4serve.aliases import MODEL_ALIASES
+from t4serve.checkpoint import builtin_facts
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.httpclient import Answer, HttpFailure, fetch, local_url
 from t4serve.secrets import client_api_key
 from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
+from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
-from t4serve.units import fmt_duration
+from t4serve.units import GIB, fmt_duration
 from t4serve.untrusted import Untrusted, parse_float
 
 # The whole check (state file, /health, /v1/models) ends within this many seconds; Docker's own timeout is 10 s.
 DEADLINE_S = 6.0
 MAX_DEADLINE_S = 600.0
+
+
+def loading_bound_s(state: ServeState) -> float:
+    """The longest one vLLM attempt may stay in the loading phases before liveness calls it wedged: the cold-start
+    budget (t4serve.supervise.startbudget) of the largest checkpoint it could be loading: the built-in models (the
+    bound Kubernetes' startupProbe is sized from), the served model when it is one of them, and the weights the plan
+    predicted for any other."""
+    sizes = [facts.weight_bytes for repo in sorted({*MODEL_ALIASES.values(), state.model})
+             if (facts := builtin_facts(repo, "liveness bound")) is not None]  # fmt: skip
+    predicted = state.predictions.get("model_memory_gib")
+    if predicted is not None and predicted.unit == "GiB":
+        sizes.append(int(predicted.value * GIB))
+    return cold_start_budget(max(sizes)).total_seconds
 
 
 def loading_line(state: ServeState, now: float) -> str:
@@ -117,8 +135,9 @@ def check(
 def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | None = None) -> tuple[int, str]:
     """(exit code, the one line to print): 1 only where a restart of the container is the cure.
 
-    Loading phases are alive however long they last (the startupProbe bounds the first start; a vLLM restart inside
-    the container loads again and must not be killed for it). So are `stopping` (draining), `failed` (supervisord
+    Loading phases are alive until the attempt has loaded for longer than `loading_bound_s` (the startupProbe bounds
+    the first start; a vLLM restart inside the container loads again and must not be killed for it, but a reload that
+    hangs must not keep the container alive forever). So are `stopping` (draining), `failed` (supervisord
     restarts vLLM, and the listener ends the container when restarts run out) and `canary_failed` (a restart would
     load the same weights and answer the same way; readiness keeps it out of the Service and says why). `ready` is
     alive only while /health answers 200 within `timeout`: no answer is a hang, 503 a dead engine.
@@ -129,6 +148,12 @@ def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | No
         return 1, f"not alive: {exc.what} ({exc.found})"
     t = time.time() if now is None else now
     if state.phase in LOADING_PHASES:
+        bound = loading_bound_s(state)
+        if t - state.attempt_started_at > bound:
+            return 1, (
+                f"not alive: {loading_line(state, t)}, beyond the {fmt_duration(bound)} a cold start (download, "
+                "load, compile) is budgeted: wedged"
+            )
         return 0, f"alive, loading: {loading_line(state, t)}"
     if state.phase != "ready":
         return 0, f"alive: {PHASE_LABELS[state.phase]} for {fmt_duration(t - state.phase_began_at())}"
@@ -175,7 +200,8 @@ class _ZeroOrOneCommand(click.Command):
     "--liveness",
     is_flag=True,
     help="Answer whether the container should be restarted (Kubernetes livenessProbe): 1 only when a ready server "
-    "stopped answering /health; a loading one is alive.",
+    "stopped answering /health, or a vLLM attempt has been loading for longer than the cold-start budget; a loading "
+    "one within it is alive.",
 )
 def command(state_dir: Path | None, timeout: str, liveness: bool) -> int:
     """Exit 0 when the server is ready and answers, 1 otherwise (for Docker's HEALTHCHECK)."""

@@ -105,18 +105,19 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"pro
               "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
 
 
-def post(port: int, headers: dict[str, str]) -> tuple[int, str]:
+def post(port: int, headers: dict[str, str], path: str = "/mcp", full: bool = False) -> Any:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/mcp",
+        f"http://127.0.0.1:{port}{path}",
         data=json.dumps(INITIALIZE).encode(),
         headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status), response.read().decode()
+            status, answer_headers, body = int(response.status), response.headers, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        status, answer_headers, body = exc.code, exc.headers, exc.read().decode()
+    return (status, answer_headers, body) if full else (status, body)
 
 
 def test_http_requires_the_token_and_a_known_host(http_server: int) -> None:
@@ -131,6 +132,29 @@ def test_http_requires_the_token_and_a_known_host(http_server: int) -> None:
     assert status == 403
     status, body = post(port, bearer)
     assert status == 200 and '"serverInfo"' in body and "t4serve" in body
+
+
+def test_http_bearer_scheme_is_case_insensitive(http_server: int) -> None:
+    for scheme in ("bearer", "BEARER", "BeArEr"):
+        status, body = post(http_server, {"Authorization": f"{scheme} {TOKEN}"})
+        assert status == 200 and '"serverInfo"' in body, scheme
+    assert post(http_server, {"Authorization": f"Basic {TOKEN}"})[0] == 401
+    assert post(http_server, {"Authorization": TOKEN})[0] == 401
+
+
+def test_http_401_tells_a_static_token_client_what_to_send_and_offers_no_oauth(http_server: int) -> None:
+    status, headers, body = post(http_server, {}, full=True)
+    assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="t4serve mcp"'
+    answer = json.loads(body)
+    assert "static bearer token, not OAuth" in answer["error_description"]
+    assert "Authorization: Bearer <token>" in answer["error_description"]
+    status, headers, _ = post(http_server, {"Authorization": "Bearer wrong-token-0123456789"}, full=True)
+    assert status == 401 and 'error="invalid_token"' in headers["WWW-Authenticate"]
+    # OAuth discovery finds nothing, and says why, so a client stops looking for an authorization server.
+    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration", "/register"):
+        status, body = post(http_server, {}, path=path)
+        assert status == 404 and "static bearer token, not OAuth" in json.loads(body)["error_description"], path
 
 
 def test_http_with_the_sdk_client_and_the_token(http_server: int) -> None:

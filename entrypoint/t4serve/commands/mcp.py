@@ -4,13 +4,17 @@ Runs on the host (pip install 't4serve[mcp]', or uvx) and manages the compose de
 (t4serve.engine); the tools are in t4serve.mcptools and docs/mcp.md lists them. stdio by default; `--http` serves
 streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told otherwise, and then requires a bearer token from
 T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and checks the Host and Origin headers against an
-allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared in constant time and never logged.
+allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared in constant time and never logged;
+the scheme is matched case-insensitively (RFC 9110). This server has no OAuth: a 401 says to send the static token,
+and the OAuth discovery paths answer 404 saying the same, so a client does not go looking for an authorization
+server.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,35 +111,62 @@ def _with_port(name: str, port: int) -> str:
     return name if ":" in name else f"{name}:{port}"
 
 
+STATIC_TOKEN_HELP = (
+    "this MCP server takes a static bearer token, not OAuth: configure the client to send the header "
+    "'Authorization: Bearer <token>' with the token t4serve mcp was given (T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE)"
+)
+# Where MCP clients look for OAuth metadata (RFC 9728, RFC 8414, OpenID Connect discovery) and register (RFC 7591).
+OAUTH_PATHS = ("/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
+               "/.well-known/openid-configuration", "/register", "/authorize", "/token")  # fmt: skip
+
+
+def bearer_matches(given: bytes, token: bytes) -> bool:
+    """`given` is an Authorization value with the bearer scheme (any case, RFC 9110 11.1) and `token`, compared in
+    constant time."""
+    scheme, _, credentials = given.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
+
+
 class BearerToken:
-    """ASGI middleware: every HTTP request must carry `Authorization: Bearer TOKEN`, else 401."""
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer TOKEN`, else 401 saying to send it; the
+    OAuth discovery and registration paths answer 404 saying there is no OAuth here."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.token = token.encode()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
+            path = str(scope.get("path", ""))
+            if any(path == p or path.startswith(p + "/") for p in OAUTH_PATHS):
+                await _answer(send, 404, {"error": "not_found", "error_description": STATIC_TOKEN_HELP}, [])
+                return
             given = b""
             for key, value in scope.get("headers", []):
                 if key.lower() == b"authorization":
                     given = value
-            if not hmac.compare_digest(given, self.expected):
-                body = b'{"error": "unauthorized: send Authorization: Bearer <T4SERVE_MCP_TOKEN>"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+            if not bearer_matches(given, self.token):
+                # RFC 6750 3.1: no error code when no credentials came, invalid_token when wrong ones did.
+                challenge = b'Bearer realm="t4serve mcp"'
+                if given:
+                    challenge += b', error="invalid_token", error_description="the bearer token is not this server\'s"'
+                body = {"error": "invalid_token" if given else "unauthorized", "error_description": STATIC_TOKEN_HELP}
+                await _answer(send, 401, body, [(b"www-authenticate", challenge)])
                 return
         await self.app(scope, receive, send)
+
+
+async def _answer(send: Any, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                        *headers],
+        }
+    )  # fmt: skip
+    await send({"type": "http.response.body", "body": data})
 
 
 def http_app(server: Any, token: str, hosts: list[str]) -> Any:

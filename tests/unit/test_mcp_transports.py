@@ -202,3 +202,78 @@ def test_listen_address_and_host_allow_list() -> None:
     with pytest.raises(ConfigError) as info:
         allowed_hosts("0.0.0.0", 8765, ())
     assert "--allowed-host" in info.value.message()
+
+
+# A stand-in for scripts/build-image: it prints a line, starts a helper that would outlive it (as a build's `docker
+# buildx` would), records both pids, and waits.
+BUILD_STANDIN = """#!/bin/sh
+echo '#1 [base] FROM debian:trixie-slim'
+sleep 600 &
+echo $$ $! > "$(dirname "$0")/../build.pids"
+wait
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_a_cancelled_long_tool_leaves_no_child_process(tmp_path: Path) -> None:
+    """apply_turing_patch over stdio, cancelled by the SDK client (notifications/cancelled) while the build runs: the
+    build script and the helper it started are gone, and the deployment's lock is free again."""
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "compose.yaml").write_text((REPO / "compose.yaml").read_text())
+    script = project / "scripts" / "build-image"
+    script.write_text(BUILD_STANDIN)
+    script.chmod(0o755)
+    pids_file = project / "build.pids"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "t4serve", "mcp", "--compose-file", str(project / "compose.yaml")],
+        env=server_env(tmp_path),
+        cwd=str(tmp_path),
+    )
+    out: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(params) as client:
+            messages: list[str | None] = []
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                messages.append(message)
+
+            async def build() -> None:
+                out["build"] = await client.call_tool("apply_turing_patch", {}, progress_callback=progress)
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(build)
+                    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                        await anyio.sleep(0.05)
+                    out["pids"] = [int(p) for p in pids_file.read_text().split()]
+                    assert all(running(p) for p in out["pids"])
+                    group.cancel_scope.cancel()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and any(running(p) for p in out["pids"]):
+                    await anyio.sleep(0.1)
+                out["left"] = [p for p in out["pids"] if running(p)]
+                out["messages"] = messages
+                # The lock goes with the cancelled call (a cancellation is a notification: it has no answer to
+                # wait for, so the call's end is seen here as the lock coming free, within seconds).
+                deadline = time.monotonic() + 10
+                while True:
+                    out["stop"] = await client.call_tool("stop_vllm_server", {})
+                    if "busy" not in out["stop"].content[0].text or time.monotonic() > deadline:
+                        break
+                    await anyio.sleep(0.2)
+
+    anyio.run(session)
+    assert "build" not in out  # the cancelled request is never answered
+    assert out["left"] == [], f"still running after the cancellation: {out['left']}"
+    assert "starting scripts/build-image" in out["messages"]
+    stop = out["stop"].content[0].text
+    assert out["stop"].is_error and "busy" not in stop and "no-compose-here" in stop

@@ -204,6 +204,25 @@ def test_listen_address_and_host_allow_list() -> None:
     assert "--allowed-host" in info.value.message()
 
 
+def test_stdio_publishes_what_the_mode_flags_allow(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "t4serve", "mcp", "--toolsets", "host,status,bench", "--compose-file", str(REPO / "compose.yaml")],
+        env=server_env(tmp_path, T4SERVE_MCP_DENY_TOOLS="server_logs"),
+        cwd=str(tmp_path),
+    )
+
+    async def session() -> set[str]:
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert anyio.run(session) == {"check_host_capacity", "verify_gpu_arch", "server_status", "run_benchmark",
+                                  "benchmark_status"}  # fmt: skip
+    argv = [sys.executable, "-m", "t4serve", "mcp", "--disable-destructive", "--toolsets", "gpu"]
+    done = subprocess.run(argv, env=server_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "gpu is not a tool set" in done.stderr and "Traceback" not in done.stderr
+
+
 # A stand-in for scripts/build-image: it prints a line, starts a helper that would outlive it (as a build's `docker
 # buildx` would), records both pids, and waits.
 BUILD_STANDIN = """#!/bin/sh

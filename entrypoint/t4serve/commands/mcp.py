@@ -1,13 +1,15 @@
-"""`t4serve mcp [--http HOST:PORT] [--read-only]`: the deployment's tools for an AI assistant, over MCP.
+"""`t4serve mcp [--http HOST:PORT] [--read-only] [--disable-destructive] [--toolsets ...] [--deny-tools ...]`: the
+deployment's tools for an AI assistant, over MCP.
 
 Runs on the host (pip install 't4serve[mcp]', or uvx) and manages the compose deployment through the Docker Engine
-(t4serve.engine); the tools are in t4serve.mcptools and docs/mcp.md lists them. stdio by default; `--http` serves
-streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told otherwise, and then requires a bearer token from
-T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and checks the Host and Origin headers against an
-allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared in constant time and never logged;
-the scheme is matched case-insensitively (RFC 9110). This server has no OAuth: a 401 says to send the static token,
-and the OAuth discovery paths answer 404 saying the same, so a client does not go looking for an authorization
-server.
+(t4serve.engine); the tools are in t4serve.mcptools and docs/mcp.md lists them. The operator shapes what an assistant
+may do: only the read-only tools, none of the destructive ones, only some tool sets, or not some tools. stdio by
+default; `--http` serves streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told otherwise, and then requires
+a bearer token from T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and checks the Host and Origin
+headers against an allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared in constant time
+and never logged; the scheme is matched case-insensitively (RFC 9110). This server has no OAuth: a 401 says to send
+the static token, and the OAuth discovery paths answer 404 saying the same, so a client does not go looking for an
+authorization server.
 """
 
 from __future__ import annotations
@@ -197,15 +199,31 @@ def http_app(server: Any, token: str, hosts: list[str]) -> Any:
     metavar="NAME[:PORT]",
     help="A Host header value to accept besides the listen address (repeatable).",
 )
-@click.option("--read-only", is_flag=True, help="Expose only the read-only tools.")
+@click.option("--read-only", is_flag=True, envvar="T4SERVE_MCP_READ_ONLY",
+              help="Publish only the read-only tools [env T4SERVE_MCP_READ_ONLY=1].")
+@click.option("--disable-destructive", is_flag=True, envvar="T4SERVE_MCP_DISABLE_DESTRUCTIVE",
+              help="Hide the destructive tools: stop_vllm_server, apply_turing_patch [env "
+              "T4SERVE_MCP_DISABLE_DESTRUCTIVE=1].")
+@click.option("--toolsets", metavar="SET,...", default=None, envvar="T4SERVE_MCP_TOOLSETS",
+              help="Publish only these tool sets: host, image, plan, server, status, query, bench [default: all; env "
+              "T4SERVE_MCP_TOOLSETS].")
+@click.option("--deny-tools", metavar="TOOL,...", default=None, envvar="T4SERVE_MCP_DENY_TOOLS",
+              help="Never publish these tools [env T4SERVE_MCP_DENY_TOOLS].")
 @compose_file_option
 @project_option
 def command(
-    listen: str | None, extra_hosts: tuple[str, ...], read_only: bool, compose_file: Path | None, project: str | None
+    listen: str | None,
+    extra_hosts: tuple[str, ...],
+    read_only: bool,
+    disable_destructive: bool,
+    toolsets: str | None,
+    deny_tools: str | None,
+    compose_file: Path | None,
+    project: str | None,
 ) -> int:
     """Serve the deployment's tools (host checks, plan, start/stop, status, logs, query, benchmark) over MCP."""
     try:
-        from t4serve.mcptools import ToolEnv, build_server, default_data_dir
+        from t4serve.mcptools import ToolEnv, build_server, default_data_dir, parse_modes
     except ImportError as exc:
         raise ConfigError(
             "t4serve mcp needs the MCP SDK",
@@ -215,6 +233,7 @@ def command(
         ) from None
     from t4serve.engine import engine_from_environ
 
+    modes = parse_modes(read_only, disable_destructive, toolsets, deny_tools)
     environ = dict(os.environ)
     engine = engine_from_environ(environ, compose_file=compose_file, project=project)
     env = ToolEnv(engine=engine, environ=environ, data_dir=default_data_dir(environ), compose_file=engine.compose_file)
@@ -224,7 +243,7 @@ def command(
             "answer with an error until --compose-file (or T4SERVE_COMPOSE_FILE) names t4serve's compose.yaml",
             err=True,
         )
-    server = build_server(env, read_only=read_only)
+    server = build_server(env, modes=modes)
     if listen is None:
         server.run("stdio")
         return 0

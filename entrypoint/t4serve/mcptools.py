@@ -1286,15 +1286,13 @@ class Tools:
         from t4serve.bench.results import read_runs, summarize
 
         code = seen["exit_code"]
-        if code is None and not seen["alive"]:
-            code = None
-            state: Literal["running", "done", "failed"] = "failed"
-        else:
-            state = "running" if code is None else ("done" if code == 0 else "failed")
-        log = seen["log"] if seen["alive"] or code is not None else (
-            seen["log"] + "\n(the benchmark's process is gone without an exit code: the container restarted or it "
-            "was killed)"
-        )  # fmt: skip
+        gone = code is None and not seen["alive"]
+        state: Literal["running", "done", "failed"] = (
+            "failed" if gone or (code is not None and code != 0) else "running" if code is None else "done"
+        )
+        log = seen["log"]
+        if gone:
+            log += "\n(the benchmark's process is gone without an exit code: the container restarted or it was killed)"
         progress = BENCH_PROGRESS.findall(log)
         cells: list[BenchCell] = []
         plots: list[str] = []

@@ -744,7 +744,7 @@ def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
     (folder / "result").mkdir(parents=True)
     # The wrapper as it runs in the container: a process with the run folder among its arguments (what the reader
     # looks for in /proc to tell a running benchmark from one whose process is gone).
-    wrapper = subprocess.Popen(["sh", "-c", "sleep 60", "sh", str(folder)])
+    wrapper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(folder)])
     try:
         (folder / "bench.log").write_text(f"[##########..........] 1/2 qat in=512 c=1 r=1: 60.1 tok/s {API_KEY}\n")
         running = ok(call(env, "benchmark_status", {"run_id": run_id}))

@@ -9,19 +9,29 @@ service, and a user can take over with plain compose at any point. The `docker` 
 (engine info, image inspect, a throwaway container of the image, exec, logs, copying a folder out), with the same
 client and configuration (contexts, DOCKER_HOST) the user's own commands use, and no new dependency.
 
-Every call is bounded by a timeout and checked; a failure is an `EngineError` with what was found and the fix. No
-argument carries a secret: the HF token stays in compose's secret file (this module checks the file exists, never
-reads it), and the API key is not passed to the engine at all. `Engine` is the interface the tools use; tests fake it.
+Every call is bounded by a timeout and checked; a failure is an `EngineError` with what was found and the fix (the
+client's error block, bounded, not only its last line). Every client runs in its own process group, so a timeout or a
+cancellation stops it with whatever it started; a caller that may withdraw its request (an MCP tool the client
+cancelled) runs its calls inside `cancelled_by(event)`, and setting the event stops them (a throwaway container is
+removed too) and raises `Cancelled`. No argument carries a secret: the HF token stays in compose's secret file (this
+module checks the file exists, never reads it), and the API key is not passed to the engine at all. `Engine` is the
+interface the tools use; tests fake it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,9 +55,59 @@ COMPOSE_VARIABLES = (
     "T4SERVE_VOLUME_PREFIX",
     "HF_TOKEN_SECRET_FILE",
 )
+# An engine refusal's error block: its last lines, at most this many and this many characters.
+ERROR_LINES = 20
+ERROR_CHARS = 2000
+# How often a running client is checked for a cancellation, and how long it has to end after SIGTERM.
+POLL_S = 0.2
+KILL_GRACE_S = 5.0
+# A label on every throwaway container of the image, so a leftover one can be found (`docker ps -af label=...`).
+THROWAWAY_LABEL = "org.t4serve.throwaway=1"
 ENGINE_FIX = (
     "start the Docker engine (`sudo systemctl start docker`) and check that this user may use it (`docker info`)"
 )
+
+
+class Cancelled(Exception):
+    """The caller withdrew its request: the clients started for it were stopped (and a throwaway container removed)."""
+
+
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("t4serve_engine_cancel", default=None)
+
+
+@contextlib.contextmanager
+def cancelled_by(event: threading.Event) -> Iterator[None]:
+    """Engine calls made inside this block (in this thread or context) stop, raising `Cancelled`, once `event` is
+    set: the client's process group gets SIGTERM, then SIGKILL after KILL_GRACE_S."""
+    token = _CANCEL.set(event)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
+def _cancel_requested() -> bool:
+    event = _CANCEL.get()
+    return event is not None and event.is_set()
+
+
+def _stop_group(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to the client's process group (it and everything it started), SIGKILL after a grace."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def error_block(done: Completed) -> str:
+    """The client's error output as the user would read it: its last ERROR_LINES lines, at most ERROR_CHARS."""
+    text = done.stderr.strip() or done.stdout.strip() or "no output"
+    block = "\n".join(text.splitlines()[-ERROR_LINES:])
+    return block if len(block) <= ERROR_CHARS else "..." + block[-ERROR_CHARS:]
 
 
 @dataclass(frozen=True)
@@ -89,6 +149,16 @@ class ServiceContainer:
     exit_code: int
     started_at: str
     image: str
+    # How often Docker restarted it (restart: unless-stopped): above 0, it exited at least once.
+    restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host folder bound read-only into the service's container."""
+
+    source: str
+    target: str
 
 
 class Engine(Protocol):
@@ -100,6 +170,9 @@ class Engine(Protocol):
     @property
     def project_directory(self) -> Path: ...
 
+    @property
+    def project(self) -> str | None: ...
+
     def info(self) -> EngineInfo: ...
 
     def image(self) -> ImageInfo | None: ...
@@ -110,7 +183,9 @@ class Engine(Protocol):
 
     def build_image(self, on_line: Callable[[str], None], timeout: float = BUILD_TIMEOUT_S) -> Completed: ...
 
-    def up(self, environment: Mapping[str, str], compose_env: Mapping[str, str]) -> ServiceContainer: ...
+    def up(
+        self, environment: Mapping[str, str], compose_env: Mapping[str, str], mounts: Sequence[Mount] = ()
+    ) -> ServiceContainer: ...
 
     def service(self) -> ServiceContainer | None: ...
 
@@ -179,20 +254,27 @@ class DockerCli:
 
     # ----- plumbing
     def _run(
-        self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, merge: bool = False
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        merge: bool = False,
+        on_stop: Callable[[], None] | None = None,
     ) -> Completed:
-        """Run a client; `merge` puts stderr into stdout, in the order the client wrote them."""
+        """Run a client in its own process group; `merge` puts stderr into stdout, in the order the client wrote
+        them. A timeout or a cancellation (`cancelled_by`) stops the group, then calls `on_stop` (cleanup of what
+        the client had made the engine start)."""
         try:
-            done = subprocess.run(
+            process = subprocess.Popen(
                 list(argv),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                 text=True,
                 errors="replace",
-                timeout=timeout,
                 env=dict(env if env is not None else self.environ),
                 cwd=self.project_directory,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         except FileNotFoundError:
             raise EngineError(
@@ -201,24 +283,38 @@ class DockerCli:
                 required="the Docker client on PATH (or DOCKER naming it)",
                 fix="install Docker (docker.io or docker-ce) on this host",
             ) from None
-        except subprocess.TimeoutExpired:
-            raise EngineError(
-                f"`{' '.join(argv[:3])} ...` did not finish",
-                found=f"no answer within {timeout:g} s",
-                required="an engine that answers",
-                fix=ENGINE_FIX,
-            ) from None
-        return Completed(done.returncode, done.stdout, done.stderr or "")
+        deadline = time.monotonic() + timeout
+        with process:
+            while True:
+                try:
+                    stdout, stderr = process.communicate(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                cancelled = _cancel_requested()
+                if cancelled or time.monotonic() >= deadline:
+                    _stop_group(process)
+                    if on_stop is not None:
+                        on_stop()
+                    if cancelled:
+                        raise Cancelled(f"`{' '.join(argv[:3])} ...` stopped: the request was cancelled")
+                    raise EngineError(
+                        f"`{' '.join(argv[:3])} ...` did not finish",
+                        found=f"no answer within {timeout:g} s (stopped)",
+                        required="an engine that answers",
+                        fix=ENGINE_FIX,
+                    )
+        return Completed(process.returncode, stdout, stderr or "")
 
     def _checked(self, argv: Sequence[str], what: str, timeout: float, env: Mapping[str, str] | None = None) -> str:
         done = self._run(argv, timeout, env)
         if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+            block = error_block(done)
             raise EngineError(
                 f"{what} failed",
-                found=f"`{' '.join(argv[:4])} ...` exited {done.returncode}: {last}",
+                found=f"`{' '.join(argv[:4])} ...` exited {done.returncode}:\n{block}",
                 required="the Docker engine to accept the request",
-                fix=_fix_for(last),
+                fix=_fix_for(block),
             )
         return done.stdout
 
@@ -269,10 +365,18 @@ class DockerCli:
         return done.stdout if done.returncode == 0 else None
 
     def run_in_image_entrypoint(self, entrypoint: str, args: Sequence[str], timeout: float) -> Completed:
-        """A throwaway container of the image (removed with its anonymous volumes, no network, no GPU)."""
-        return self._run(
-            [self.docker, "run", "--rm", "--network", "none", "--entrypoint", entrypoint, self._image, *args], timeout
-        )
+        """A throwaway container of the image (removed with its anonymous volumes, no network, no GPU). It has a
+        name, so a timeout or a cancellation removes it too: stopping the client alone would leave it running."""
+        name = f"t4serve-run-{uuid.uuid4().hex[:12]}"
+
+        def remove() -> None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run([self.docker, "rm", "-f", "-v", name], capture_output=True, timeout=QUICK_TIMEOUT_S,
+                               env=self.environ, stdin=subprocess.DEVNULL)  # fmt: skip
+
+        argv = [self.docker, "run", "--rm", "--name", name, "--label", THROWAWAY_LABEL, "--network", "none",
+                "--entrypoint", entrypoint, self._image, *args]  # fmt: skip
+        return self._run(argv, timeout, on_stop=remove)
 
     def run_in_image(self, args: Sequence[str], timeout: float) -> Completed:
         return self.run_in_image_entrypoint("t4serve", args, timeout)
@@ -288,6 +392,9 @@ class DockerCli:
             )
         env = {**self.environ, "T4SERVE_IMAGE": self._image, "DOCKER": self.docker}
         lines: list[str] = []
+        cancel = _CANCEL.get()
+        finished = threading.Event()
+        stopped: list[str] = []
         with subprocess.Popen(
             [str(script)],
             stdout=subprocess.PIPE,
@@ -297,23 +404,54 @@ class DockerCli:
             errors="replace",
             env=env,
             cwd=self.project_directory,
+            start_new_session=True,
         ) as process:
-            assert process.stdout is not None
-            for line in process.stdout:
-                lines.append(line.rstrip("\n"))
-                on_line(lines[-1])
+            deadline = time.monotonic() + timeout
+
+            def watch() -> None:
+                # Reading the build's output blocks; this thread ends the build on a timeout or a cancellation.
+                while not finished.wait(POLL_S):
+                    if cancel is not None and cancel.is_set():
+                        stopped.append("cancelled")
+                    elif time.monotonic() >= deadline:
+                        stopped.append(f"stopped: no end within {timeout:g} s")
+                    else:
+                        continue
+                    _stop_group(process)
+                    return
+
+            watcher = threading.Thread(target=watch, name="t4serve-build-watch", daemon=True)
+            watcher.start()
             try:
-                code = process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = -9
+                assert process.stdout is not None
+                for line in process.stdout:
+                    lines.append(line.rstrip("\n"))
+                    on_line(lines[-1])
+                code = process.wait()
+            finally:
+                finished.set()
+                watcher.join()
+        if stopped == ["cancelled"]:
+            raise Cancelled("scripts/build-image stopped: the request was cancelled")
+        if stopped:
+            lines.append(f"scripts/build-image {stopped[0]}")
         return Completed(code, "\n".join(lines[-200:]), "")
 
     # ----- the compose service
-    def up(self, environment: Mapping[str, str], compose_env: Mapping[str, str]) -> ServiceContainer:
-        """`compose up -d --no-build` with `environment` added to the service's (an override file, so any setting can
-        be given, not only those compose.yaml interpolates) and `compose_env` for compose's own interpolation."""
-        override = {"services": {SERVICE: {"environment": dict(environment)}}} if environment else None
+    def up(
+        self, environment: Mapping[str, str], compose_env: Mapping[str, str], mounts: Sequence[Mount] = ()
+    ) -> ServiceContainer:
+        """`compose up -d --no-build` with `environment` added to the service's and `mounts` bound read-only into it
+        (an override file, so any setting can be given, not only those compose.yaml interpolates) and `compose_env`
+        for compose's own interpolation."""
+        service: dict[str, Any] = {}
+        if environment:
+            service["environment"] = dict(environment)
+        if mounts:
+            service["volumes"] = [
+                {"type": "bind", "source": m.source, "target": m.target, "read_only": True} for m in mounts
+            ]
+        override = {"services": {SERVICE: service}} if service else None
         with tempfile.TemporaryDirectory(prefix="t4serve-mcp-") as folder:
             path = None
             if override is not None:
@@ -354,6 +492,7 @@ class DockerCli:
             exit_code=int(state.get("ExitCode") or 0),
             started_at=str(state.get("StartedAt", "")),
             image=str((item.get("Config") or {}).get("Image", "")),
+            restart_count=int(item.get("RestartCount") or 0),
         )
 
     def down(self, timeout: int) -> ServiceContainer | None:

@@ -2,7 +2,9 @@
 compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
 
 It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
-container, its log lines and the server's state file (what `t4serve status --json` prints in the container). The
+container, its log lines and the server's state file (what `t4serve status --json` prints in the container). `up`
+writes `state_on_up` as the state file, as t4serve in a started container does within seconds; with `exit_on_up` the
+container exits at once instead, with that code and `log_lines`, as one with a bad setting does. The
 container's /cache/t4serve/bench folder is a real folder under `root`, and `exec` of python3 runs the given script
 against it with this Python, so the tool's in-container reader runs for real. Every call is recorded in `calls`.
 """
@@ -17,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4serve.engine import Completed, EngineInfo, ImageInfo, ServiceContainer
+from t4serve.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
 from t4serve.serde import to_dict
 from t4serve.supervise.state import ServeState
 
@@ -26,6 +28,7 @@ from t4serve.supervise.state import ServeState
 class FakeEngine:
     root: Path
     image_ref: str = "t4serve:dev"
+    project: str | None = "t4serve"
     image_present: bool = True
     manifest: dict[str, object] | None = None
     runtimes: list[str] = field(default_factory=lambda: ["io.containerd.runc.v2", "nvidia", "runc"])
@@ -34,8 +37,11 @@ class FakeEngine:
     build_lines: list[str] = field(default_factory=lambda: ["#1 [base] FROM debian:trixie-slim", "#9 DONE 1.2s"])
     container: ServiceContainer | None = None
     state: ServeState | None = None
+    state_on_up: ServeState | None = None
+    exit_on_up: int | None = None
     log_lines: list[str] = field(default_factory=list)
     api_port: int | None = None
+    published_container_port: int = 8000
     calls: list[tuple[str, object]] = field(default_factory=list)
 
     @property
@@ -74,10 +80,20 @@ class FakeEngine:
             self.image_present = True
         return Completed(self.build_code, "\n".join(self.build_lines), "")
 
-    def up(self, environment: Mapping[str, str], compose_env: Mapping[str, str]) -> ServiceContainer:
-        self.calls.append(("up", {"environment": dict(environment), "compose_env": dict(compose_env)}))
+    def up(
+        self, environment: Mapping[str, str], compose_env: Mapping[str, str], mounts: Sequence[Mount] = ()
+    ) -> ServiceContainer:
+        detail: dict[str, object] = {"environment": dict(environment), "compose_env": dict(compose_env)}
+        if mounts:
+            detail["mounts"] = [(m.source, m.target) for m in mounts]
+        self.calls.append(("up", detail))
         self.container = ServiceContainer("c0ffee123456", "t4serve-t4serve-1", "running", "starting", 0,
                                           "2026-12-03T10:00:00Z", self.image_ref)  # fmt: skip
+        if self.exit_on_up is not None:
+            self.container = ServiceContainer("c0ffee123456", "t4serve-t4serve-1", "exited", None, self.exit_on_up,
+                                              "2026-12-03T10:00:00Z", self.image_ref)  # fmt: skip
+        elif self.state_on_up is not None:
+            self.state = self.state_on_up
         return self.container
 
     def service(self) -> ServiceContainer | None:
@@ -108,7 +124,10 @@ class FakeEngine:
         return Completed(127, "", f"{args[0]}: not found")
 
     def published_port(self, container: str, port: int) -> tuple[str, int] | None:
-        return ("127.0.0.1", self.api_port) if self.api_port is not None else None
+        # `api_port` publishes the container's `published_container_port` (compose.yaml's 8000), nothing else.
+        if self.api_port is None or port != self.published_container_port:
+            return None
+        return ("127.0.0.1", self.api_port)
 
     def copy_out(self, container: str, source: str, destination: Path) -> None:
         self.calls.append(("copy_out", (source, str(destination))))

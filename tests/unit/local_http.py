@@ -23,6 +23,8 @@ class Canned:
     body: Any = None
     # Seconds to wait before answering (a hung server).
     delay: float = 0.0
+    # Extra response headers (a redirect's Location).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +62,8 @@ def serve(routes: dict[str, Canned], api_key: str | None = None) -> Iterator[Loc
             try:
                 self.send_response(canned.status)
                 self.send_header("Content-Length", str(len(raw)))
+                for name, value in canned.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(raw)
             except (BrokenPipeError, ConnectionResetError):

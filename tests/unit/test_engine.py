@@ -1,19 +1,22 @@
 """t4serve.engine.DockerCli against a stand-in for the docker and compose clients: a script (written per test) that
 records its argv, the compose variables of its environment and any `-f` override file's content, and answers from a
-table keyed by words of its argv (the longest key found in it). It stands for `docker` and `docker-compose`; the real
-clients run in tests/image/test_mcp_image.py."""
+table keyed by words of its argv (the longest key found in it); an answer with a fourth item plays a client that
+hangs: it starts a `sleep` of its own (as a client's helper would be) and sleeps that many seconds. It stands for
+`docker` and `docker-compose`; the real clients run in tests/image/test_mcp_image.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from t4serve.engine import DockerCli, engine_from_environ, find_compose
+from t4serve.engine import Cancelled, DockerCli, Mount, cancelled_by, engine_from_environ, find_compose
 from t4serve.errors import EngineError
 
 CLIENT = r"""#!PYTHON
@@ -36,8 +39,15 @@ words = [a for a in argv if not a.startswith("-") and "/" not in a]
 line = " " + " ".join(words) + " "
 keys = sorted((k for k in answers if " " + k + " " in line), key=len, reverse=True)
 if keys:
-    code, out, err = answers[keys[0]]
-    sys.stdout.write(out); sys.stderr.write(err); sys.exit(code)
+    code, out, err, *hang = answers[keys[0]]
+    sys.stdout.write(out); sys.stdout.flush(); sys.stderr.write(err); sys.stderr.flush()
+    if hang:
+        import subprocess, time
+        helper = subprocess.Popen(["sleep", str(hang[0])])
+        with open(os.path.join(here, "pids.jsonl"), "a") as f:
+            f.write(json.dumps([os.getpid(), helper.pid]) + "\n")
+        time.sleep(hang[0])
+    sys.exit(code)
 sys.exit(0)
 """
 
@@ -56,6 +66,27 @@ def make_clients(folder: Path, answers: dict[str, Any]) -> tuple[Path, Path]:
         path.chmod(0o755)
         paths.append(path)
     return paths[0], paths[1]
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, killed and not yet reaped by its new parent, does not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+def hung_pids(folder: Path) -> list[int]:
+    file = folder / "pids.jsonl"
+    return [pid for line in file.read_text().splitlines() for pid in json.loads(line)] if file.exists() else []
+
+
+def wait_gone(pids: list[int], within: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
 
 
 def calls(folder: Path) -> list[dict[str, Any]]:
@@ -115,9 +146,12 @@ def test_throwaway_container_has_no_network_and_is_removed(tmp_path: Path) -> No
     assert cli.read_image_file("/etc/t4serve/build-manifest.json") == '{"vllm_version": "0.33.0"}'
     assert cli.run_in_image(["patch", "verify"], 60).returncode == 0
     argvs = [c["argv"] for c in calls(bin_dir)]
-    assert argvs[0] == ["run", "--rm", "--network", "none", "--entrypoint", "cat", "t4serve:dev",
-                        "/etc/t4serve/build-manifest.json"]  # fmt: skip
-    assert argvs[1] == ["run", "--rm", "--network", "none", "--entrypoint", "t4serve", "t4serve:dev", "patch", "verify"]
+    names = [a[3] for a in argvs]
+    assert all(n.startswith("t4serve-run-") for n in names) and len(set(names)) == 2
+    assert argvs[0] == ["run", "--rm", "--name", names[0], "--label", "org.t4serve.throwaway=1", "--network", "none",
+                        "--entrypoint", "cat", "t4serve:dev", "/etc/t4serve/build-manifest.json"]  # fmt: skip
+    assert argvs[1] == ["run", "--rm", "--name", names[1], "--label", "org.t4serve.throwaway=1", "--network", "none",
+                        "--entrypoint", "t4serve", "t4serve:dev", "patch", "verify"]  # fmt: skip
 
 
 def test_published_port_and_info(tmp_path: Path) -> None:
@@ -178,3 +212,72 @@ def test_compose_without_its_file_says_which_option_fixes_it(tmp_path: Path) -> 
         cli.service()
     assert "no such file" in (info.value.found or "") and "--compose-file" in (info.value.fix or "")
     assert calls(bin_dir) == []
+
+
+def test_up_binds_a_model_folder_read_only_in_the_override(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {"ps": [0, "c0ffee1234567890\n", ""], "inspect": [0, json.dumps(INSPECT), ""]})
+    cli.up({"T4SERVE_MODEL": "/models/gemma"}, {}, [Mount("/srv/ckpt/gemma", "/models/gemma")])
+    up = calls(bin_dir)[0]
+    service = next(iter(up["overrides"].values()))["services"]["t4serve"]
+    assert service["volumes"] == [{"type": "bind", "source": "/srv/ckpt/gemma", "target": "/models/gemma",
+                                   "read_only": True}]  # fmt: skip
+
+
+def test_a_refusal_keeps_the_error_block_bounded_not_only_its_last_line(tmp_path: Path) -> None:
+    block = "ERROR: for t4serve  Cannot start service t4serve: driver failed\n" + "".join(
+        f"detail line {i}\n" for i in range(60)
+    )
+    cli, _ = engine(tmp_path, {"up": [1, "", block]})
+    with pytest.raises(EngineError) as info:
+        cli.up({}, {})
+    found = info.value.found or ""
+    assert "detail line 59" in found and "detail line 40" in found and "detail line 39" not in found
+    assert len(found) < 2200
+
+
+def test_restarts_are_read_from_the_container(tmp_path: Path) -> None:
+    restarting = [{**INSPECT[0], "RestartCount": 3, "State": {"Status": "restarting", "ExitCode": 2}}]
+    cli, _ = engine(tmp_path, {"ps": [0, "c0ffee1234567890\n", ""], "inspect": [0, json.dumps(restarting), ""]})
+    container = cli.service()
+    assert container is not None and container.restart_count == 3 and container.exit_code == 2
+
+
+def test_a_client_past_its_timeout_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {"logs": [0, "", "", 60]})
+    began = time.monotonic()
+    with pytest.raises(EngineError) as info:
+        cli._run([cli.docker, "logs", "c0ffee"], 1.0)
+    assert time.monotonic() - began < 15 and "no answer within 1 s" in (info.value.found or "")
+    pids = hung_pids(bin_dir)
+    assert len(pids) == 2 and wait_gone(pids) == []
+
+
+def test_a_cancelled_throwaway_container_is_stopped_and_removed(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {"run": [0, "step 1\n", "", 60]})
+    event = threading.Event()
+    threading.Timer(1.0, event.set).start()
+    began = time.monotonic()
+    with cancelled_by(event), pytest.raises(Cancelled):
+        cli.run_in_image(["patch", "verify"], 600)
+    assert time.monotonic() - began < 15
+    pids = hung_pids(bin_dir)
+    assert len(pids) == 2 and wait_gone(pids) == []
+    run, remove = (c["argv"] for c in calls(bin_dir))
+    assert remove == ["rm", "-f", "-v", run[3]]
+
+
+def test_a_cancelled_build_stops_the_build_script_and_its_children(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {})
+    script = cli.project_directory / "scripts" / "build-image"
+    script.parent.mkdir()
+    # A stand-in for scripts/build-image: a line, then a child that outlives it unless its group is stopped.
+    script.write_text(f"#!/bin/sh\necho '#1 [base] FROM debian'\nsleep 300 &\necho $$ $! >{bin_dir}/build.pids\nwait\n")
+    script.chmod(0o755)
+    lines: list[str] = []
+    event = threading.Event()
+    threading.Timer(1.0, event.set).start()
+    with cancelled_by(event), pytest.raises(Cancelled):
+        cli.build_image(lines.append)
+    assert lines == ["#1 [base] FROM debian"]
+    pids = [int(p) for p in (bin_dir / "build.pids").read_text().split()]
+    assert len(pids) == 2 and wait_gone(pids) == []

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +19,24 @@ import pytest
 from fake_engine import FakeEngine
 from local_http import Canned, serve
 from mcp import Client
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, Implementation
 from sample_facts import MANIFEST
 from test_probes_gpu import FakeDevice, FakeNvml
 
-from t4serve.mcptools import MAX_LOG_BYTES, TOOL_ANNOTATIONS, ToolEnv, build_server
+from t4serve.bench.results import RUNS_SCHEMA, Run, RunFigures, RunsFile, write_runs
+from t4serve.deploylock import lock_file
+from t4serve.engine import ServiceContainer
+from t4serve.errors import ConfigError
+from t4serve.mcptools import (
+    BENCH_SCRIPT,
+    MAX_LOG_BYTES,
+    TOOL_ANNOTATIONS,
+    TOOLS,
+    Modes,
+    ToolEnv,
+    build_server,
+    parse_modes,
+)
 from t4serve.serde import to_dict
 from t4serve.supervise.state import STATE_SCHEMA, CanaryRecord, Figure, PhaseMark, Prediction, ServeState
 
@@ -41,7 +57,7 @@ def manifest_file(**changes: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> FakeEngine:
-    fake = FakeEngine(tmp_path, manifest=manifest_file())
+    fake = FakeEngine(tmp_path, manifest=manifest_file(), state_on_up=serve_state("loading_weights"))
     fake.project_directory.mkdir()
     shutil.copy(REPO / "compose.yaml", fake.project_directory / "compose.yaml")
     return fake
@@ -130,6 +146,15 @@ def test_every_tool_is_listed_with_annotations_and_an_output_schema(
     for tool in tools:
         assert tool.output_schema is not None and tool.output_schema.get("properties"), tool.name
         assert tool.description and len(tool.description) > 40, tool.name
+        # A title, and a one-line purpose first.
+        assert tool.title and tool.title == TOOLS[tool.name].title, tool.name
+        purpose = tool.description.splitlines()[0]
+        assert 20 < len(purpose) <= 120 and purpose.endswith("."), (tool.name, purpose)
+        # Every parameter is described; numbers carry their range.
+        for param, schema in tool.input_schema.get("properties", {}).items():
+            assert schema.get("description"), (tool.name, param)
+            if schema.get("type") in ("integer", "number"):
+                assert "maximum" in schema and "minimum" in schema, (tool.name, param)
         hints = tool.annotations
         assert hints is not None and hints.read_only_hint is not None and hints.idempotent_hint is not None
         assert hints.read_only_hint == (tool.name in READ_ONLY_TOOLS), tool.name
@@ -138,6 +163,52 @@ def test_every_tool_is_listed_with_annotations_and_an_output_schema(
     assert by_name["start_vllm_server"].annotations.destructive_hint is False  # type: ignore[union-attr]
     read_only = anyio.run(listing, True)
     assert {t.name for t in read_only} == READ_ONLY_TOOLS
+
+
+def test_gpu_parameters_say_which_gpu_they_mean(engine: FakeEngine, environ: dict[str, str]) -> None:
+    async def listing() -> dict[str, Any]:
+        async with Client(build_server(tool_env(engine, environ))) as client:
+            return {t.name: t.input_schema["properties"] for t in (await client.list_tools()).tools}
+
+    params = anyio.run(listing)
+    assert "gpu" not in params["plan"] and "gpu" not in params["start_vllm_server"]
+    assert "known GPU model" in params["plan"]["gpu_model"]["description"]
+    assert "index" in params["start_vllm_server"]["gpu_device"]["description"]
+    assert "UUID" in params["start_vllm_server"]["gpu_device"]["description"]
+
+
+@pytest.mark.parametrize(
+    ("modes", "published"),
+    [
+        (Modes(disable_destructive=True), set(TOOLS) - {"stop_vllm_server", "apply_turing_patch"}),
+        (Modes(toolsets=frozenset({"host", "status", "bench"})),
+         {"check_host_capacity", "verify_gpu_arch", "server_status", "server_logs", "run_benchmark",
+          "benchmark_status"}),
+        (Modes(deny=frozenset({"query", "start_vllm_server"})), set(TOOLS) - {"query", "start_vllm_server"}),
+        (Modes(read_only=True, toolsets=frozenset({"bench", "server"})), {"benchmark_status"}),
+    ],
+)  # fmt: skip
+def test_modes_choose_the_published_tools(
+    engine: FakeEngine, environ: dict[str, str], modes: Modes, published: set[str]
+) -> None:
+    async def listing() -> set[str]:
+        async with Client(build_server(tool_env(engine, environ), modes=modes)) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert anyio.run(listing) == published
+
+
+def test_mode_flags_are_checked() -> None:
+    assert parse_modes(False, True, "host, status", "server_logs").published() == [
+        "check_host_capacity", "verify_gpu_arch", "server_status"]  # fmt: skip
+    for args, words in [
+        ((False, False, "host,gpus", None), "--toolsets: gpus is not a tool set"),
+        ((False, False, None, "stop_server"), "--deny-tools: stop_server is not a tool"),
+        ((True, False, "server", None), "leave no tool"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            parse_modes(*args)  # type: ignore[arg-type]
+        assert words in info.value.message() and "fix:" in info.value.message()
 
 
 def test_read_only_server_refuses_a_mutating_tool(engine: FakeEngine, environ: dict[str, str]) -> None:
@@ -259,7 +330,7 @@ def test_apply_turing_patch_failure_is_a_tool_error(engine: FakeEngine, environ:
 
 def test_plan_for_a_known_gpu_and_model(engine: FakeEngine, environ: dict[str, str]) -> None:
     data = ok(call(tool_env(engine, environ, devices=[]), "plan",
-                   {"model": "bf16", "gpu": "T4", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}}))  # fmt: skip
+                   {"model": "bf16", "gpu_model": "T4", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}}))  # fmt: skip
     assert "--dtype float16" in data["command_line"] and "--max-model-len 8192" in data["command_line"]
     assert data["plan"]["gpu"]["name"] == "Tesla T4" and data["plan"]["gpu_origin"].startswith("known")
     assert data["settings"]["T4SERVE_MAX_MODEL_LEN"]["value"] == "8192"
@@ -285,26 +356,28 @@ def test_plan_refuses_bad_settings_with_the_fix(
 
 
 def test_plan_for_an_unknown_gpu_names_the_known_ones(engine: FakeEngine, environ: dict[str, str]) -> None:
-    text = error_text(call(tool_env(engine, environ), "plan", {"gpu": "v100"}))
+    text = error_text(call(tool_env(engine, environ), "plan", {"gpu_model": "v100"}))
     assert "not a known GPU" in text and "t4" in text
 
 
 # ----- start, status, logs, stop ---------------------------------------------------------------------------------
 
 
-def test_start_returns_at_once_with_where_to_poll(engine: FakeEngine, environ: dict[str, str]) -> None:
-    args = {"model": "qat", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}, "gpu": "1", "publish_port": 8001}
+def test_start_returns_once_under_way_with_where_to_poll(engine: FakeEngine, environ: dict[str, str]) -> None:
+    args = {"model": "qat", "settings": {"T4SERVE_MAX_MODEL_LEN": "8192"}, "gpu_device": "1", "publish_port": 8001}
     data = ok(call(tool_env(engine, environ), "start_vllm_server", args))
     up = next(detail for name, detail in engine.calls if name == "up")
     assert up == {"environment": {"T4SERVE_MODEL": "qat", "T4SERVE_MAX_MODEL_LEN": "8192"},  # type: ignore[comparison-overlap]
                   "compose_env": {"T4SERVE_GPU": "1", "T4SERVE_PUBLISH_PORT": "8001"}}  # fmt: skip
     assert data["container"] == "c0ffee123456" and "server_status" in data["poll"]
-    assert data["model"] == "google/gemma-4-E2B-it-qat-w4a16-ct" and data["phase"] is None
+    assert data["model"] == data["model_in_container"] == "google/gemma-4-E2B-it-qat-w4a16-ct"
+    # It returned once t4serve's state existed: the phase is the state's.
+    assert data["state_written"] and data["phase"] == "loading_weights"
     assert_no_secret(data)
 
 
 def test_start_follows_the_phases_when_asked_and_reports_progress(engine: FakeEngine, environ: dict[str, str]) -> None:
-    engine.state = serve_state("ready")
+    engine.state_on_up = serve_state("ready")
     seen: list[str | None] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -312,7 +385,7 @@ def test_start_follows_the_phases_when_asked_and_reports_progress(engine: FakeEn
 
     data = ok(call(tool_env(engine, environ), "start_vllm_server", {"wait_s": 10}, progress=progress))
     assert data["phase"] == "ready"
-    assert seen[0] is not None and seen[0].startswith("compose up") and "ready" in seen
+    assert seen[0] is not None and seen[0].startswith("compose up") and "under way: ready" in seen
 
 
 def test_start_without_the_token_secret_file_says_how_to_make_it(engine: FakeEngine, environ: dict[str, str]) -> None:
@@ -329,7 +402,7 @@ def test_start_refuses_bad_settings_before_compose(engine: FakeEngine, environ: 
 
 
 def test_start_refuses_a_gpu_that_is_not_an_index_or_uuid(engine: FakeEngine, environ: dict[str, str]) -> None:
-    assert "pattern" in error_text(call(tool_env(engine, environ), "start_vllm_server", {"gpu": "0'\n  x: y"}))
+    assert "pattern" in error_text(call(tool_env(engine, environ), "start_vllm_server", {"gpu_device": "0'\n  x: y"}))
     assert not any(name == "up" for name, _ in engine.calls)
 
 
@@ -338,6 +411,137 @@ def test_start_refuses_when_already_running(engine: FakeEngine, environ: dict[st
     ok(call(env, "start_vllm_server"))
     text = error_text(call(env, "start_vllm_server"))
     assert "already running" in text and "stop_vllm_server" in text
+
+
+def test_start_of_a_container_that_exits_at_once_returns_its_exit_code_and_log_lines(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    engine.exit_on_up = 2
+    engine.log_lines = [f"t4serve: starting (token {HF_TOKEN})", "t4serve: error: HF_TOKEN_FILE must name a file "
+                        "holding one token (/run/secrets/hf_token holds whitespace inside)", "  fix: write the token"]
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server"))
+    assert "the container exited at once (exit 2)" in text and "is exited" in text
+    assert "holds whitespace inside" in text and "fix: write the token" in text
+    assert "a setting is wrong" in text and "stop_vllm_server" in text
+    assert HF_TOKEN not in text and "<redacted>" in text
+
+
+def test_start_of_a_container_docker_keeps_restarting_is_a_failure_too(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    import dataclasses
+
+    def up(environment: Any, compose_env: Any, mounts: Any = ()) -> ServiceContainer:
+        # restart: unless-stopped: the container exited 3 (preflight) and Docker is restarting it.
+        engine.container = ServiceContainer("c0ffee123456", "t4serve-t4serve-1", "running", "starting", 0,
+                                            "2026-12-03T10:00:00Z", "t4serve:dev")  # fmt: skip
+        engine.container = dataclasses.replace(engine.container, state="restarting", exit_code=3, restart_count=2)
+        return engine.container
+
+    engine.up = up  # type: ignore[assignment,method-assign]
+    engine.log_lines = ["preflight failed (1 check(s): gpu); not starting vLLM. First: gpu"]
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server"))
+    assert "exited at once (exit 3)" in text and "restarted 2 time(s) by Docker" in text
+    assert "preflight failed" in text and "T4SERVE_PREFLIGHT=warn" in text
+
+
+def test_start_mounts_a_model_folder_of_this_host(engine: FakeEngine, environ: dict[str, str], tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "gemma-4-E2B-it"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    data = ok(call(tool_env(engine, environ), "start_vllm_server", {"model": str(folder)}))
+    up = next(detail for name, detail in engine.calls if name == "up")
+    assert up["mounts"] == [(str(folder), "/models/gemma-4-E2B-it")]  # type: ignore[index]
+    assert up["environment"]["T4SERVE_MODEL"] == "/models/gemma-4-E2B-it"  # type: ignore[index]
+    assert data["model"] == str(folder) and data["model_in_container"] == "/models/gemma-4-E2B-it"
+
+
+def test_start_refuses_a_model_folder_this_host_lacks(engine: FakeEngine, environ: dict[str, str]) -> None:
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server", {"model": "/srv/no/such/model"}))
+    assert "T4SERVE_MODEL" in text and "not a directory" in text and "fix:" in text
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"T4SERVE_PORT": "9000"}, "T4SERVE_PORT cannot be changed here"),
+        ({"T4SERVE_HOST": "127.0.0.1"}, "T4SERVE_HOST cannot be changed here"),
+        ({"T4SERVE_MODEL": "bf16"}, "T4SERVE_MODEL is the tool's `model` argument"),
+    ],
+)
+def test_start_refuses_settings_the_deployment_fixes(
+    engine: FakeEngine, environ: dict[str, str], settings: dict[str, str], words: str
+) -> None:
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server", {"settings": settings}))
+    assert words in text and "fix:" in text
+    assert not any(name == "up" for name, _ in engine.calls)
+
+
+def test_a_second_start_while_the_first_runs_is_busy(engine: FakeEngine, environ: dict[str, str]) -> None:
+    gate = threading.Event()
+    real_up = engine.up
+
+    def slow_up(environment: Any, compose_env: Any, mounts: Any = ()) -> ServiceContainer:
+        assert gate.wait(30)
+        return real_up(environment, compose_env, mounts)
+
+    engine.up = slow_up  # type: ignore[assignment,method-assign]
+    env = tool_env(engine, environ)
+    out: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(build_server(env), client_info=Implementation(name="test-client", version="1.0")) as client:
+            under_way = anyio.Event()
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                if message and message.startswith("compose up"):
+                    under_way.set()
+
+            async def first() -> None:
+                out["first"] = await client.call_tool("start_vllm_server", {}, progress_callback=progress)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(first)
+                await under_way.wait()
+                out["second"] = await client.call_tool("start_vllm_server", {})
+                out["stop"] = await client.call_tool("stop_vllm_server", {})
+                gate.set()
+
+    anyio.run(session)
+    second = error_text(out["second"])
+    assert "start_vllm_server: busy: start_vllm_server (pid " in second and "client test-client 1.0" in second
+    assert "since 20" in second and "UTC" in second and "wait for that call to finish" in second
+    assert "stop_vllm_server: busy: start_vllm_server" in error_text(out["stop"])
+    assert ok(out["first"])["state_written"]
+    assert [name for name, _ in engine.calls].count("up") == 1 and ("down", 90) not in engine.calls
+
+
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from t4serve.deploylock import Holder, hold
+with hold(Path(sys.argv[1]), Holder("stop_vllm_server", __import__("os").getpid(), "other-client 2.0", time.time())):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_lock_holds_across_processes_and_a_killed_holder_frees_it(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    env = tool_env(engine, environ)
+    path = lock_file(env.data_dir, env.deployment())
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        text = error_text(call(env, "start_vllm_server"))
+        assert f"busy: stop_vllm_server (pid {holder.pid}, client other-client 2.0)" in text
+        assert not any(name == "up" for name, _ in engine.calls)
+    finally:
+        holder.kill()  # a crash: the process ends without letting go of anything itself
+        holder.wait()
+    assert ok(call(env, "start_vllm_server"))["state_written"]
 
 
 def test_status_without_a_container(engine: FakeEngine, environ: dict[str, str]) -> None:
@@ -472,7 +676,53 @@ def test_query_before_ready_is_a_tool_error(engine: FakeEngine, environ: dict[st
     assert "query: the server is not ready" in text and "loading" in text and "call server_status until ready" in text
 
 
+def test_query_and_benchmark_use_the_port_the_server_listens_on(engine: FakeEngine, environ: dict[str, str]) -> None:
+    body = {"choices": [{"text": " 391", "finish_reason": "length"}]}
+    with serve({"/v1/completions": Canned(body=body)}, api_key=API_KEY) as server:
+        env = ready_server(engine, environ, server.port)
+        engine.state = serve_state("ready", port=9000)
+        text = error_text(call(env, "query", {"prompt": "17*23="}))
+        assert "not published on this host" in text and "container port 9000" in text
+        engine.published_container_port = 9000
+        assert ok(call(env, "query", {"prompt": "17*23="}))["text"] == " 391"
+        status = ok(call(env, "server_status"))
+        assert status["api_port"] == 9000 and status["api_url"] == f"http://127.0.0.1:{server.port}"
+        ok(call(env, "run_benchmark"))
+        argv, _ = next(d for n, d in engine.calls if n == "exec" and d[0][0] == "sh")  # type: ignore[index]
+        assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:9000"
+
+
+def test_query_does_not_follow_a_redirect_with_the_key(engine: FakeEngine, environ: dict[str, str]) -> None:
+    with serve({"/v1/completions": Canned(status=307, headers={"Location": "http://elsewhere.example/steal"})},
+               api_key=API_KEY) as server:  # fmt: skip
+        text = error_text(call(ready_server(engine, environ, server.port), "query", {"prompt": "hi"}))
+    assert "HTTP 307" in text and "redirects are not followed" in text and "elsewhere.example" in text
+
+
+def test_secrets_in_structured_fields_are_redacted(engine: FakeEngine, environ: dict[str, str]) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("failed", reason=f"vLLM exited: bad key {API_KEY}",
+                               diagnosis=f"token {HF_TOKEN} refused by the hub", fix=f"unset {API_KEY}")  # fmt: skip
+    data = ok(call(env, "server_status"))
+    assert_no_secret(data)
+    assert data["reason"] == "vLLM exited: bad key <redacted>" and data["fix"] == "unset <redacted>"
+    assert data["diagnosis"] == "token <redacted> refused by the hub"
+
+
 # ----- benchmark -------------------------------------------------------------------------------------------------
+
+
+def finished_sweep(result: Path) -> None:
+    """A result folder as `t4serve bench` leaves it: runs.json (through bench's own writer), report.md, a plot."""
+    figures = RunFigures(completed=8, failed=0, output_throughput=60.1, median_tpot_ms=16.5, median_ttft_ms=41.0,
+                         mean_ttft_ms=44.0, total_output_tokens=512, duration_s=8.5)  # fmt: skip
+    runs = [Run("google/gemma-4-E2B-it-qat-w4a16-ct", 512, c, 1, 320_101, 8, f"qat_in512_c{c}_r1.json", figures)
+            for c in (1, 4)]  # fmt: skip
+    write_runs(result, RunsFile(RUNS_SCHEMA, ["google/gemma-4-E2B-it-qat-w4a16-ct"], [512], [1, 4], 1, 64,
+                                "2026-12-03T10:00:00+00:00", runs, planned_runs=2))  # fmt: skip
+    (result / "report.md").write_text("| model | input | c | tok/s |\n|---|---|---|---|\n| qat | 512 | 1 | 60.1 |\n")
+    (result / "throughput_vs_concurrency.png").write_bytes(b"\x89PNG fake")
 
 
 def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
@@ -484,24 +734,59 @@ def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
     started = ok(call(env, "run_benchmark", {"inputs": [512], "concurrency": [1, 4], "output_len": 64}))
     run_id = started["run_id"]
     argv, detach = next(d for n, d in engine.calls if n == "exec" and d[0][0] == "sh")  # type: ignore[index]
-    assert detach and argv[4] == f"/cache/t4serve/bench/{run_id}" and started["output_dir"] == argv[4]
+    assert detach and argv[:4] == ["sh", "-c", BENCH_SCRIPT, "sh"]
+    assert argv[4] == f"/cache/t4serve/bench/{run_id}" and started["output_dir"] == argv[4]
+    # bench's own --output is a folder inside the run folder, so the wrapper's log never lands in it.
+    assert '--output "$d/result"' in BENCH_SCRIPT and '"$d/bench.log"' in BENCH_SCRIPT
     assert argv[5:] == ["--models", "google/gemma-4-E2B-it-qat-w4a16-ct", "--base-url", "http://127.0.0.1:8000",
-                        "--output", argv[4], "--inputs", "512", "--concurrency", "1,4", "--repeats", "1",
-                        "--output-len", "64"]  # fmt: skip
+                        "--inputs", "512", "--concurrency", "1,4", "--repeats", "1", "--output-len", "64"]  # fmt: skip
     folder = engine.in_container(argv[4])
-    folder.mkdir(parents=True)
-    (folder / "bench.log").write_text(f"cell 1/2: input 512, concurrency 1 (key {API_KEY})\n")
-    running = ok(call(env, "benchmark_status", {"run_id": run_id}))
-    assert running["state"] == "running" and running["exit_code"] is None and "cell 1/2" in running["log_tail"]
-    assert_no_secret(running)
-    (folder / "report.md").write_text("| model | input | c | tok/s |\n|---|---|---|---|\n| qat | 512 | 1 | 60.1 |\n")
-    (folder / "throughput_vs_concurrency.png").write_bytes(b"\x89PNG fake")
+    (folder / "result").mkdir(parents=True)
+    # The wrapper as it runs in the container: a process with the run folder among its arguments (what the reader
+    # looks for in /proc to tell a running benchmark from one whose process is gone).
+    wrapper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(folder)])
+    try:
+        (folder / "bench.log").write_text(f"[##########..........] 1/2 qat in=512 c=1 r=1: 60.1 tok/s {API_KEY}\n")
+        running = ok(call(env, "benchmark_status", {"run_id": run_id}))
+        assert running["state"] == "running" and running["exit_code"] is None and "1/2" in running["log_tail"]
+        assert (running["runs_done"], running["runs_planned"]) == (1, 2) and running["cells"] == []
+        assert_no_secret(running)
+        busy = error_text(call(env, "run_benchmark"))
+        assert "busy: a benchmark is running" in busy and run_id in busy
+    finally:
+        wrapper.kill()
+        wrapper.wait()
+    finished_sweep(folder / "result")
     (folder / "exit-code").write_text("0\n")
     done = ok(call(env, "benchmark_status", {"run_id": run_id}))
     assert done["state"] == "done" and done["exit_code"] == 0 and "60.1" in done["report_md"]
     assert done["host_folder"] == str(engine.root / "data" / "bench" / run_id)
     assert [Path(p).name for p in done["plots"]] == ["throughput_vs_concurrency.png"]
     assert all(Path(p).is_file() for p in done["plots"])
+    cells = {c["concurrency"]: c for c in done["cells"]}
+    assert set(cells) == {1, 4} and cells[1]["throughput_tok_s"] == 60.1 and cells[1]["ttft_ms"] == 41.0
+    assert cells[4]["per_stream_tok_s"] == pytest.approx(1000 / 16.5) and cells[4]["completed_requests"] == 8
+    # Ended: read from the host copy from now on, even with the server gone.
+    engine.container = None
+    again = ok(call(env, "benchmark_status", {"run_id": run_id}))
+    assert again["cells"] == done["cells"] and again["state"] == "done"
+    assert not list((engine.root / "data" / "bench").glob(".*"))  # no staging folder left
+
+
+def test_benchmark_whose_process_is_gone_is_failed_not_running_forever(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.state = serve_state("ready")
+    run_id = ok(call(env, "run_benchmark"))["run_id"]
+    folder = engine.in_container(f"/cache/t4serve/bench/{run_id}")
+    folder.mkdir(parents=True)
+    (folder / "bench.log").write_text("starting\n")
+    gone = ok(call(env, "benchmark_status", {"run_id": run_id}))
+    assert gone["state"] == "failed" and gone["exit_code"] is None and "process is gone" in gone["log_tail"]
+    # A run that is not running does not block the next one.
+    assert ok(call(env, "run_benchmark"))["run_id"] != run_id
 
 
 def test_benchmark_status_refuses_a_bad_run_id_and_an_unknown_one(engine: FakeEngine, environ: dict[str, str]) -> None:
@@ -526,6 +811,18 @@ def test_a_bug_is_a_one_line_tool_error_without_a_traceback(engine: FakeEngine, 
     engine.service = broken  # type: ignore[assignment,method-assign]
     text = error_text(call(tool_env(engine, environ), "server_status"))
     assert "internal error (a bug in t4serve" in text and "KeyError: 'DockerRootDir' at test_mcp_tools.py:" in text
+
+
+def test_the_token_in_composes_default_secret_file_is_redacted(engine: FakeEngine, environ: dict[str, str]) -> None:
+    # No HF_TOKEN_SECRET_FILE: compose reads ./secrets/hf_token in the project folder, and so does the redaction.
+    del environ["HF_TOKEN_SECRET_FILE"]
+    secret = engine.project_directory / "secrets" / "hf_token"
+    secret.parent.mkdir()
+    secret.write_text(HF_TOKEN + "\n")
+    env = tool_env(engine, environ)
+    ok(call(env, "start_vllm_server"))
+    engine.log_lines = [f"token {HF_TOKEN}"]
+    assert ok(call(env, "server_logs"))["lines"] == ["token <redacted>"]
 
 
 def test_no_secret_reaches_the_server_log(

@@ -105,18 +105,19 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"pro
               "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
 
 
-def post(port: int, headers: dict[str, str]) -> tuple[int, str]:
+def post(port: int, headers: dict[str, str], path: str = "/mcp", full: bool = False) -> Any:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/mcp",
+        f"http://127.0.0.1:{port}{path}",
         data=json.dumps(INITIALIZE).encode(),
         headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status), response.read().decode()
+            status, answer_headers, body = int(response.status), response.headers, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        status, answer_headers, body = exc.code, exc.headers, exc.read().decode()
+    return (status, answer_headers, body) if full else (status, body)
 
 
 def test_http_requires_the_token_and_a_known_host(http_server: int) -> None:
@@ -131,6 +132,29 @@ def test_http_requires_the_token_and_a_known_host(http_server: int) -> None:
     assert status == 403
     status, body = post(port, bearer)
     assert status == 200 and '"serverInfo"' in body and "t4serve" in body
+
+
+def test_http_bearer_scheme_is_case_insensitive(http_server: int) -> None:
+    for scheme in ("bearer", "BEARER", "BeArEr"):
+        status, body = post(http_server, {"Authorization": f"{scheme} {TOKEN}"})
+        assert status == 200 and '"serverInfo"' in body, scheme
+    assert post(http_server, {"Authorization": f"Basic {TOKEN}"})[0] == 401
+    assert post(http_server, {"Authorization": TOKEN})[0] == 401
+
+
+def test_http_401_tells_a_static_token_client_what_to_send_and_offers_no_oauth(http_server: int) -> None:
+    status, headers, body = post(http_server, {}, full=True)
+    assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="t4serve mcp"'
+    answer = json.loads(body)
+    assert "static bearer token, not OAuth" in answer["error_description"]
+    assert "Authorization: Bearer <token>" in answer["error_description"]
+    status, headers, _ = post(http_server, {"Authorization": "Bearer wrong-token-0123456789"}, full=True)
+    assert status == 401 and 'error="invalid_token"' in headers["WWW-Authenticate"]
+    # OAuth discovery finds nothing, and says why, so a client stops looking for an authorization server.
+    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration", "/register"):
+        status, body = post(http_server, {}, path=path)
+        assert status == 404 and "static bearer token, not OAuth" in json.loads(body)["error_description"], path
 
 
 def test_http_with_the_sdk_client_and_the_token(http_server: int) -> None:
@@ -178,3 +202,97 @@ def test_listen_address_and_host_allow_list() -> None:
     with pytest.raises(ConfigError) as info:
         allowed_hosts("0.0.0.0", 8765, ())
     assert "--allowed-host" in info.value.message()
+
+
+def test_stdio_publishes_what_the_mode_flags_allow(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "t4serve", "mcp", "--toolsets", "host,status,bench", "--compose-file", str(REPO / "compose.yaml")],
+        env=server_env(tmp_path, T4SERVE_MCP_DENY_TOOLS="server_logs"),
+        cwd=str(tmp_path),
+    )
+
+    async def session() -> set[str]:
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    assert anyio.run(session) == {"check_host_capacity", "verify_gpu_arch", "server_status", "run_benchmark",
+                                  "benchmark_status"}  # fmt: skip
+    argv = [sys.executable, "-m", "t4serve", "mcp", "--disable-destructive", "--toolsets", "gpu"]
+    done = subprocess.run(argv, env=server_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "gpu is not a tool set" in done.stderr and "Traceback" not in done.stderr
+
+
+# A stand-in for scripts/build-image: it prints a line, starts a helper that would outlive it (as a build's `docker
+# buildx` would), records both pids, and waits.
+BUILD_STANDIN = """#!/bin/sh
+echo '#1 [base] FROM debian:trixie-slim'
+sleep 600 &
+echo $$ $! > "$(dirname "$0")/../build.pids"
+wait
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_a_cancelled_long_tool_leaves_no_child_process(tmp_path: Path) -> None:
+    """apply_turing_patch over stdio, cancelled by the SDK client (notifications/cancelled) while the build runs: the
+    build script and the helper it started are gone, and the deployment's lock is free again."""
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "compose.yaml").write_text((REPO / "compose.yaml").read_text())
+    script = project / "scripts" / "build-image"
+    script.write_text(BUILD_STANDIN)
+    script.chmod(0o755)
+    pids_file = project / "build.pids"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "t4serve", "mcp", "--compose-file", str(project / "compose.yaml")],
+        env=server_env(tmp_path),
+        cwd=str(tmp_path),
+    )
+    out: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(params) as client:
+            messages: list[str | None] = []
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                messages.append(message)
+
+            async def build() -> None:
+                out["build"] = await client.call_tool("apply_turing_patch", {}, progress_callback=progress)
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(build)
+                    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                        await anyio.sleep(0.05)
+                    out["pids"] = [int(p) for p in pids_file.read_text().split()]
+                    assert all(running(p) for p in out["pids"])
+                    group.cancel_scope.cancel()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and any(running(p) for p in out["pids"]):
+                    await anyio.sleep(0.1)
+                out["left"] = [p for p in out["pids"] if running(p)]
+                out["messages"] = messages
+                # The lock goes with the cancelled call (a cancellation is a notification: it has no answer to
+                # wait for, so the call's end is seen here as the lock coming free, within seconds).
+                deadline = time.monotonic() + 10
+                while True:
+                    out["stop"] = await client.call_tool("stop_vllm_server", {})
+                    if "busy" not in out["stop"].content[0].text or time.monotonic() > deadline:
+                        break
+                    await anyio.sleep(0.2)
+
+    anyio.run(session)
+    assert "build" not in out  # the cancelled request is never answered
+    assert out["left"] == [], f"still running after the cancellation: {out['left']}"
+    assert "starting scripts/build-image" in out["messages"]
+    stop = out["stop"].content[0].text
+    assert out["stop"].is_error and "busy" not in stop and "no-compose-here" in stop

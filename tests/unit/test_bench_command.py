@@ -109,3 +109,18 @@ def test_compare_two_folders_and_a_folder_that_is_not_one(tmp_path: Path, capsys
     (tmp_path / "c").mkdir()
     assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 2
     assert "is not a `t4serve bench` result folder" in capsys.readouterr().err
+
+
+def test_report_with_other_objectives_prints_and_leaves_the_folder_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    folder = tmp_path / "sweep"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "docs/verified/gpu-host-vllm-0.33.0/bench/sweep", folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert main(["bench", "report", str(folder), "--slo-ttft-ms", "500", "--slo-tpot-ms", "8"]) == 0
+    assert "TTFT was within 500 ms and TPOT within 8 ms" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert main(["bench", "report", str(folder), "--slo-ttft-ms", "nan"]) == 2
+    assert "must be a number" in capsys.readouterr().err

@@ -105,8 +105,8 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
     ]
     if runs_file.slo_ttft_ms is not None and runs_file.slo_tpot_ms is not None:
         lines += [f"Goodput: requests per second whose TTFT was within {runs_file.slo_ttft_ms:g} ms and TPOT within "
-                  f"{runs_file.slo_tpot_ms:g} ms (vLLM's own count), median over repeats, with the share of requests "
-                  "that met both.", ""]
+                  f"{runs_file.slo_tpot_ms:g} ms (vLLM's count, or `bench report --slo-*` counting again from raw/ the "
+                  "same way), median over repeats, with the share of requests that met both.", ""]
     if runs_file.partial:
         why = f" ({runs_file.interrupted})" if runs_file.interrupted else ""
         lines += [f"**Partial**: {len(runs_file.runs)} of {runs_file.planned_runs} runs finished{why}; "

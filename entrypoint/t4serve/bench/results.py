@@ -7,6 +7,7 @@ run-to-run variation = (max - min) / median throughput. A cell whose every repea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -117,6 +118,28 @@ def figures_from_result(data: dict[str, Any], where: str) -> RunFigures:
             required="keys completed, output_throughput, median_tpot_ms, median_ttft_ms, total_output_tokens, duration",
             fix="run the vLLM pinned in the image (0.33.0); its result format is the one read here",
         ) from None
+
+
+def goodput_from_detail(data: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float) -> float | None:
+    """Requests per second that met both objectives, counted from a `--save-detailed` result the way vLLM counts
+    `request_goodput` (vllm/benchmarks/serve.py `calculate_metrics`): over the successful requests, TTFT and TPOT
+    (latency - TTFT over output tokens - 1; 0 for a single token) each at most its objective, divided by the run's
+    duration. None where the result keeps no per-request figures (a run without --save-detailed)."""
+    try:
+        ttfts, latencies, lens, errors = (data[k] for k in ("ttfts", "latencies", "output_lens", "errors"))
+        duration = float(data["duration"])
+        if not (len(ttfts) == len(latencies) == len(lens) == len(errors)) or duration <= 0:
+            return None
+        good = 0
+        for ttft, latency, n, error in zip(ttfts, latencies, lens, errors, strict=True):
+            if error:
+                continue
+            tpot = (float(latency) - float(ttft)) / (int(n) - 1) if int(n) > 1 else 0.0
+            if float(ttft) * 1000 <= slo_ttft_ms and tpot * 1000 <= slo_tpot_ms:
+                good += 1
+    except (KeyError, TypeError, ValueError):
+        return None
+    return good / duration
 
 
 def _optional_float(value: Any) -> float | None:
@@ -298,6 +321,29 @@ def read_runs(folder: Path) -> RunsFile:
                  f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})",
                  "pass the --output folder of an earlier `t4serve bench` run")
     return from_dict(RunsFile, data, where=str(path))
+
+
+def with_objectives(folder: Path, runs_file: RunsFile, slo_ttft_ms: float, slo_tpot_ms: float) -> RunsFile:
+    """The folder's runs with goodput counted again against other objectives, from each run's detailed result in
+    raw/; a run whose result keeps no per-request figures gets no goodput, and a note says how many."""
+    runs: list[Run] = []
+    missing = 0
+    for run in runs_file.runs:
+        if run.figures is None or run.raw_file is None:
+            runs.append(run)
+            continue
+        data = _load(folder / "raw" / run.raw_file, "a `vllm bench serve` result",
+                     "the JSON `vllm bench serve --save-result --save-detailed` writes", "run the cell again")
+        goodput = goodput_from_detail(data, slo_ttft_ms, slo_tpot_ms)
+        missing += goodput is None
+        runs.append(dataclasses.replace(run, figures=dataclasses.replace(run.figures, request_goodput=goodput)))
+    notes = list(runs_file.notes)
+    if runs_file.slo_ttft_ms is not None:
+        notes.append(f"goodput counted again from raw/ against TTFT {slo_ttft_ms:g} ms / TPOT {slo_tpot_ms:g} ms "
+                     f"(the sweep ran with TTFT {runs_file.slo_ttft_ms:g} ms / TPOT {runs_file.slo_tpot_ms:g} ms)")
+    if missing:
+        notes.append(f"{missing} run(s) kept no per-request figures (made without --save-detailed): no goodput")
+    return dataclasses.replace(runs_file, runs=runs, notes=notes, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
 
 
 def read_result(path: Path) -> RunFigures:

@@ -37,6 +37,16 @@ def _positive(hi: float) -> Callable[[click.Context, click.Parameter, Any], floa
     return check
 
 
+def _optional_positive(hi: float) -> Callable[[click.Context, click.Parameter, Any], float | None]:
+    """`_positive`, for an option that may be left out."""
+    check = _positive(hi)
+
+    def optional(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+        return None if value is None else check(ctx, param, value)
+
+    return optional
+
+
 def _output_folder(output: Path) -> Path:
     """The result folder, created now: a new or empty folder (never one holding results), a path the system takes."""
     try:
@@ -243,15 +253,29 @@ def compare_command(a: Path, b: Path) -> None:
 
 @command.command("report")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False, exists=True))
-def report_command(folder: Path) -> None:
-    """Write FOLDER's report.md, runs.csv and plots again from its runs.json (or, if that is missing, from raw/)."""
+@click.option("--slo-ttft-ms", default=None, callback=_optional_positive(MAX_OBJECTIVE_MS),
+              help="Count goodput again against this TTFT objective (ms), from raw/'s per-request figures.")
+@click.option("--slo-tpot-ms", default=None, callback=_optional_positive(MAX_OBJECTIVE_MS),
+              help="... and this TPOT objective (ms). With either, the report is printed, the folder left as it is.")
+def report_command(folder: Path, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
+    """Write FOLDER's report.md, runs.csv and plots again from its runs.json (or, if that is missing, from raw/).
+
+    With --slo-ttft-ms or --slo-tpot-ms, goodput is counted again against those objectives (the other keeps the
+    sweep's, or its default) and the report is printed only: the folder keeps the objectives it was run with."""
     import sys
 
-    from t4serve.bench.results import load_runs
+    from t4serve.bench.report import markdown
+    from t4serve.bench.results import load_runs, with_objectives
     from t4serve.bench.runner import write_folder
 
-    write_folder(folder, load_runs(folder), sys.stderr)
-    click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)
+    runs_file = load_runs(folder)
+    if slo_ttft_ms is None and slo_tpot_ms is None:
+        write_folder(folder, runs_file, sys.stderr)
+        click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)
+        return
+    ttft = slo_ttft_ms if slo_ttft_ms is not None else runs_file.slo_ttft_ms or DEFAULT_SLO_TTFT_MS
+    tpot = slo_tpot_ms if slo_tpot_ms is not None else runs_file.slo_tpot_ms or DEFAULT_SLO_TPOT_MS
+    click.echo(markdown(with_objectives(folder, runs_file, ttft, tpot)))
 
 
 @command.command("merge")

@@ -226,6 +226,11 @@ def check_size_as(real: GpuDevice, planned: GpuDevice, key: str) -> Finding:
     return Finding("size-as", "ok", found, required, "")
 
 
+# Cards up to this size (a T4's 15 GiB, the 16 GiB class) are where vLLM's profile run itself reached the card's limit
+# on the GPU host (docs/verification.md, "the profiled pool at a T4's memory").
+PROFILE_RISK_MAX_BYTES = 16 * GIB
+
+
 def check_sizing(plan: Plan) -> Finding:
     required = "weights, activations and a KV cache that holds one max-length request within the GPU budget"
     if plan.sizing is None:
@@ -237,6 +242,21 @@ def check_sizing(plan: Plan) -> Finding:
             "lower T4SERVE_MAX_MODEL_LEN, use T4SERVE_MODEL=qat, or raise T4SERVE_GPU_MEMORY_UTILIZATION",
         )
     s = plan.sizing
+    memory = plan.gpu.memory_total_bytes if plan.gpu is not None else 0
+    if s.kv_cache_memory_bytes is None and 0 < memory <= PROFILE_RISK_MAX_BYTES:
+        return Finding(
+            "sizing",
+            "warn",
+            f"T4SERVE_KV_CACHE_MEMORY_BYTES=profile on {memory / GIB:.1f} GiB: vLLM measures the pool during a "
+            "profile run that can reach this card's limit, and then sizes the pool too large (GPU host, vLLM 0.33.0, "
+            "a T4's 15 GiB: 271 allocator out-of-memory retries, a measured activation peak of 0.29 GiB against "
+            "0.57 GiB with memory to spare, a pool of 3.20 GiB against t4serve's 2.81, and 8 MB of the card left "
+            f"free); t4serve's own plan: {s.kv_tokens.format_value()} tokens",
+            f"a KV pool that leaves the card headroom at its peak (t4serve's explicit pool left 1.1 GB on the same "
+            f"card); on cards above {PROFILE_RISK_MAX_BYTES / GIB:.0f} GiB profiling is as safe as vLLM makes it",
+            "unset T4SERVE_KV_CACHE_MEMORY_BYTES (t4serve passes its planned pool), or give an explicit size "
+            "(e.g. 2.5GiB)",
+        )
     return Finding(
         "sizing",
         "ok",

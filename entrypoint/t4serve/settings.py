@@ -239,7 +239,7 @@ VARIABLES: tuple[Variable, ...] = (
         "KV cache size (e.g. `2.5GiB`); `auto`: the predicted pool in whole blocks, so vLLM's KV figures are "
         "known in advance (vLLM skips its memory measurement); `profile`: no `--kv-cache-memory-bytes`, vLLM sizes the "
         "pool from its profile run and T4SERVE_GPU_MEMORY_UTILIZATION (for a card or model the prediction may miss; "
-        "a first start, compiling, measures a smaller pool than later ones).",
+        "on a 15-16 GiB card that run can reach the card's limit and size the pool too large: preflight warns).",
         _kv_cache_size, "2.5GiB", "--kv-cache-memory-bytes",
     ),
     Variable(

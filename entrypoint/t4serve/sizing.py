@@ -257,9 +257,9 @@ def size(inputs: SizingInputs) -> Sizing:
         pool_d = Derived(pool, "B", pool_d.how + "; a prediction only: vLLM profiles and sizes the pool itself")
         notes.append(
             "T4SERVE_KV_CACHE_MEMORY_BYTES=profile: vLLM measures the KV pool at start, so the KV figures here are "
-            "predictions to compare with its log; a first start on an empty compile cache counts the compile's "
-            "memory in that measure and gets a smaller pool than later starts (a hand-run of vLLM 0.26 on the GPU "
-            "host: 14.29 GiB cold against 18.61 GiB warm, utilization 0.2)"
+            "predictions to compare with its log; on a card of a T4's size the measuring run can reach the card's "
+            "limit and come out too large (vLLM 0.33.0 on the GPU host at 15 GiB: a 3.20 GiB pool against this "
+            "plan's 2.81, 8 MB of the card left free; with memory to spare it measured 2.91 to 2.95 GiB)"
         )
     else:
         whole = pool // lay.bytes_per_block * lay.bytes_per_block

@@ -313,3 +313,15 @@ def test_size_as_a_card_larger_than_the_real_one_fails() -> None:
     check = only(found, "size-as")
     assert check.level == "fail" and "T4SERVE_SIZE_AS=a10g" in check.found and "unset T4SERVE_SIZE_AS" in check.fix
     assert only(findings(t4(), settings(T4SERVE_SIZE_AS="t4")), "size-as").level == "ok"
+
+
+def test_a_profiled_pool_on_a_t4_sized_card_is_a_warning_with_the_fix() -> None:
+    """vLLM 0.33.0's profile run reached a 15 GiB card's limit on the GPU host and sized the pool too large
+    (docs/verified/gpu-host-vllm-0.33.0/cold-start-t4-memory): preflight says so, and the explicit pool is the fix."""
+    profiled = only(findings(t4(), settings(T4SERVE_KV_CACHE_MEMORY_BYTES="profile")), "sizing")
+    assert profiled.level == "warn"
+    assert "3.20 GiB" in profiled.found and "8 MB" in profiled.found
+    assert "unset T4SERVE_KV_CACHE_MEMORY_BYTES" in profiled.fix
+    assert only(findings(t4()), "sizing").level == "ok"  # the explicit pool, t4serve's default
+    big = with_gpu(t4(), memory_total_bytes=24 * GIB, memory_free_bytes=24 * GIB)
+    assert only(findings(big, settings(T4SERVE_KV_CACHE_MEMORY_BYTES="profile")), "sizing").level == "ok"

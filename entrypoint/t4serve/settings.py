@@ -10,7 +10,6 @@ pairs, the child environment, the client key) and t4serve.vllmflags (the `vllm s
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -78,12 +77,9 @@ class ModelChoice:
 
 def _utilization(raw: str, ctx: Context) -> float:
     try:
-        value = float(raw.strip())
-    except ValueError:
+        return untrusted.parse_float(raw, 0.0, 1.0, lo_open=True)
+    except untrusted.Untrusted:
         raise Invalid("must be a number in (0, 1]", "0.9") from None
-    if not math.isfinite(value) or not 0 < value <= 1:
-        raise Invalid("must be a number in (0, 1]", "0.9")
-    return value
 
 
 KV_PROFILE = "profile"

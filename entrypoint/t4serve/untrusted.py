@@ -31,8 +31,12 @@ MAX_SECRET_CHARS = 4096
 # JSON files t4serve reads nest 6 levels at most (state.json: object > dict > object > list); real configs ~4.
 MAX_JSON_DEPTH = 32
 
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# ASCII digits only (Python's int() and float() also take other scripts' digits, such as Arabic-Indic, and underscores
+# between digits: "\u0663" would be 3 and "1_0" 10, which no person reading the value means).
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# A host label that a URL parser (WHATWG "ends in a number") or inet_aton reads as a number: decimal, or 0x hex.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*", re.ASCII)
 # C0 controls, DEL and C1 controls: a newline in a value would start a new line of supervisord.conf, a NUL ends an
 # exec'd string early (and makes exec fail), the rest corrupt what a terminal or a log shows.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -52,8 +56,9 @@ class Untrusted(ValueError):
 
 
 def parse_int(raw: str, lo: int, hi: int) -> int:
-    """An integer in [lo, hi] from text ("8", "16_384", " 30 "): digits only, at most MAX_INT_DIGITS of them."""
-    text = raw.strip().replace("_", "")
+    """An integer in [lo, hi] from text ("8", " 30 ", "-3"): ASCII decimal digits only (no underscores, no other
+    scripts' digits, no base prefix), at most MAX_INT_DIGITS of them. The one parser of an integer a person typed."""
+    text = raw.strip()
     if not _INT.fullmatch(text) or len(text.lstrip("+-")) > MAX_INT_DIGITS:
         raise Untrusted(f"must be an integer from {lo} to {hi}")
     value = int(text)
@@ -155,9 +160,11 @@ def is_inside(path: Path, root: Path) -> bool:
 
 
 def check_host(value: str) -> str:
-    """An IP address or a host name (RFC 1123 labels). A name that reads as a number (`1.5`, `nan`, `1e5`, a numeric
-    last label) is refused: resolvers read `1.5` as the IPv4 address 1.0.0.5, and `nan` is no host anyone means."""
+    """An IP address (dotted decimal IPv4, or IPv6) or a host name (RFC 1123 labels). A name that reads as a number
+    in any base is refused: resolvers (inet_aton) read `1.5` as 1.0.0.5 and `0x10` as 0.0.0.16, URL parsers read a
+    numeric or 0x last label as IPv4, and `nan` or `1e5` is no host anyone means. The one check of a host."""
     import ipaddress
+    import socket
 
     try:
         ipaddress.ip_address(value)
@@ -166,7 +173,12 @@ def check_host(value: str) -> str:
         pass
     if not _HOST_NAME.fullmatch(value):
         raise Untrusted("must be an IP address or a host name")
-    numeric = value.rsplit(".", 1)[-1].isdigit()
+    numeric = _NUMERIC_LABEL.fullmatch(value.rsplit(".", 1)[-1]) is not None
+    try:
+        socket.inet_aton(value)
+        numeric = True
+    except OSError:
+        pass
     try:
         float(value)
         numeric = True

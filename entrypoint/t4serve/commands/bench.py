@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from t4serve.errors import BenchError, ConfigError
+from t4serve.options import IntText
 from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
 
 # Seconds a server may take to load or a run may last: a week is beyond any sweep.
@@ -76,13 +77,13 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--models", default="qat,bf16", show_default=True, help="Checkpoints to compare (aliases or repo ids).")
 @click.option("--inputs", default="512,4096", show_default=True, help="Prompt lengths in tokens.")
 @click.option("--concurrency", default="1,4,8,16", show_default=True, help="Concurrent streams per cell.")
-@click.option("--repeats", type=click.IntRange(1, 99), default=3, show_default=True,
+@click.option("--repeats", type=IntText(1, 99), default=3, show_default=True,
               help="Runs per cell; the seed changes per repeat.")
-@click.option("--output-len", type=click.IntRange(1, 1 << 20), default=128, show_default=True,
+@click.option("--output-len", type=IntText(1, 1 << 20), default=128, show_default=True,
               help="Generated tokens per request (--ignore-eos).")
-@click.option("--num-prompts", type=click.IntRange(1, 1 << 20), default=None,
+@click.option("--num-prompts", type=IntText(1, 1 << 20), default=None,
               help="Requests per cell [default: max(4 x concurrency, 8)].")
-@click.option("--num-warmups", type=click.IntRange(0, 1 << 16), default=2, show_default=True,
+@click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
 @click.option(
     "--base-url",

@@ -20,6 +20,7 @@ import click
 
 from t4serve.commands.host_check import compose_file_option, project_option
 from t4serve.errors import ConfigError
+from t4serve.untrusted import Untrusted, check_host, parse_int, printable
 
 TOKEN_MIN_CHARS = 16
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
@@ -65,15 +66,22 @@ def read_token(environ: Mapping[str, str]) -> str:
 
 
 def parse_listen(raw: str) -> tuple[str, int]:
+    """--http HOST:PORT (or PORT alone, on 127.0.0.1): the host through the one host check and the port through the
+    one integer parser (t4serve.untrusted), so `0x10` is no address and `\u0663` no port."""
     host, sep, port = raw.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", raw
     host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    try:
+        return check_host(host), parse_int(port, 1, 65535)
+    except Untrusted as exc:
+        shown = printable(raw[:200])
         raise ConfigError(
-            f"--http {raw}: not HOST:PORT", found=raw, required="e.g. 127.0.0.1:8765", fix="--http 127.0.0.1:8765"
-        )
-    return host, int(port)
+            f"--http {shown}: not HOST:PORT ({exc.reason})",
+            found=shown,
+            required="an IP address or host name, a colon, and a port from 1 to 65535 in ASCII digits",
+            fix="--http 127.0.0.1:8765",
+        ) from None
 
 
 def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
@@ -88,7 +96,7 @@ def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
             loopback = host == "localhost"
         if loopback:
             names += ["127.0.0.1", "localhost", "[::1]"]
-    names += list(extra)
+    names += [_allowed_host(name) for name in extra]
     hosts = list(dict.fromkeys(_with_port(name, port) for name in names))
     if not hosts:
         raise ConfigError(
@@ -98,6 +106,29 @@ def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
             fix=f"--allowed-host my-gpu-box (repeatable), or --http 127.0.0.1:{port}",
         )
     return hosts
+
+
+def _allowed_host(raw: str) -> str:
+    """An --allowed-host value, NAME or NAME:PORT ([IPv6]:PORT), through the same host and port checks as --http."""
+    name, port = raw, None
+    if raw.startswith("["):
+        inner, _, rest = raw[1:].partition("]")
+        name, port = inner, rest[1:] if rest.startswith(":") else (rest or None)
+    elif raw.count(":") == 1:
+        name, port = raw.split(":")
+    try:
+        check_host(name)
+        if port is not None:
+            parse_int(port, 1, 65535)
+    except Untrusted as exc:
+        shown = printable(raw[:200])
+        raise ConfigError(
+            f"--allowed-host {shown}: not NAME[:PORT] ({exc.reason})",
+            found=shown,
+            required="a host name or IP address clients connect with, optionally :PORT in ASCII digits",
+            fix="--allowed-host my-gpu-box (or my-gpu-box:8765)",
+        ) from None
+    return raw
 
 
 def _with_port(name: str, port: int) -> str:

@@ -44,7 +44,7 @@ from t4serve.probes.gpu import Nvml
 from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
 from t4serve.settings import VARIABLES_BY_NAME, Settings
-from t4serve.untrusted import REDACTED
+from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,6 +56,8 @@ MAX_PROMPT_CHARS = 32_000
 QUERY_TIMEOUT_S = 120.0
 VERIFY_TIMEOUT_S = 1200.0
 BENCH_TEXT_BYTES = 32 * 1024
+# A secret file holds one token; a larger file is not one (t4serve.secrets reads them with the same cap).
+SECRET_FILE_MAX_BYTES = 64 * 1024
 # start_vllm_server follows the start at most this long when asked to wait, well inside the 60 s many clients allow.
 MAX_WAIT_S = 50.0
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -288,8 +290,9 @@ def known_secrets(environ: Mapping[str, str]) -> list[str]:
         path = environ.get(name)
         if path:
             try:
-                values.append(Path(path).read_text(encoding="utf-8").strip())
-            except (OSError, UnicodeDecodeError):
+                # Bounded and non-blocking: a FIFO or /dev/zero named here must not hold or fill this process.
+                values.append(read_text_bounded(Path(path), SECRET_FILE_MAX_BYTES, "the secret file").strip())
+            except (OSError, Untrusted):
                 continue
     return [v for v in values if len(v) >= 8]
 

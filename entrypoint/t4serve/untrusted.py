@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 REDACTED = "<redacted>"
 
@@ -272,9 +272,11 @@ def holds_secret_flag(token: str, is_secret_flag: Callable[[str], bool]) -> bool
 # Files and JSON
 
 
-def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
-    """A regular file's bytes, at most `max_bytes`. A FIFO, a device, a directory, a symlink loop or a file that
-    grows past the cap is refused instead of blocking or filling memory."""
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """`path` opened for reading, if it is a regular file: opened non-blocking, so a FIFO cannot hold the caller in
+    open(), then refused unless regular (a FIFO, a device such as /dev/zero, a directory, a socket), the path and
+    what it is named in the reason. A symlink loop or an unreadable file is refused too; a missing file raises
+    FileNotFoundError, which callers treat as absent. The one way t4serve opens a file it did not write just now."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
@@ -282,27 +284,58 @@ def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
     except OSError as exc:
         raise Untrusted(f"{what} {path} cannot be opened: {exc.strerror or type(exc).__name__}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise Untrusted(f"{what} {path} must be a regular file (it is {kind})")
-        if info.st_size > max_bytes:
-            raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it has {info.st_size:,})")
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it grew past that while read)")
-        return b"".join(chunks)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Untrusted(f"{what} {path} must be a regular file (it is {_file_kind(mode)})")
     except OSError as exc:
-        raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
-    finally:
         os.close(fd)
+        raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
+    """A regular file's bytes, at most `max_bytes` (`open_regular`, then a capped read). A FIFO, a device, a
+    directory, a symlink loop or a file that grows past the cap is refused instead of blocking or filling memory."""
+    with open_regular(path, what) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it has {size:,})")
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                chunk = handle.read(min(1 << 20, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > max_bytes:
+                    raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it grew past that while read)")
+            return b"".join(chunks)
+        except OSError as exc:
+            raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+
+
+def read_tail_bounded(path: Path, max_bytes: int, what: str) -> bytes:
+    """The last `max_bytes` of a regular file (a log that may be large): `open_regular`, then a seek from the end."""
+    with open_regular(path, what) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - max_bytes))
+            return handle.read(max_bytes)
+        except OSError as exc:
+            raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
 
 
 def read_text_bounded(path: Path, max_bytes: int, what: str) -> str:

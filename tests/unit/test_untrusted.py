@@ -25,6 +25,7 @@ from t4serve.untrusted import (
     parse_float,
     parse_int,
     printable,
+    read_tail_bounded,
     read_text_bounded,
     redact_flags,
     secret_values,
@@ -143,8 +144,17 @@ def test_bounded_files(tmp_path: Path) -> None:
         read_text_bounded(tmp_path, 100, "the file")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(Untrusted, match="not a regular file"):
+    with pytest.raises(Untrusted, match=r"fifo must be a regular file \(it is a FIFO\)"):
         read_text_bounded(fifo, 100, "the file")
+    with pytest.raises(Untrusted, match=r"/dev/zero must be a regular file \(it is a character device\)"):
+        read_text_bounded(Path("/dev/zero"), 100, "the file")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(Untrusted, match="loop cannot be opened"):
+        read_text_bounded(tmp_path / "loop", 100, "the file")
+    (tmp_path / "log").write_bytes(b"a" * 100 + b"end")
+    assert read_tail_bounded(tmp_path / "log", 3, "the log") == b"end"
+    with pytest.raises(Untrusted, match="it is a FIFO"):
+        read_tail_bounded(fifo, 3, "the log")
     (tmp_path / "latin1").write_bytes(b"caf\xe9")
     with pytest.raises(Untrusted, match="must be UTF-8 text"):
         read_text_bounded(tmp_path / "latin1", 100, "the file")

@@ -20,9 +20,11 @@ import click
 
 from t4serve.commands.host_check import compose_file_option, project_option
 from t4serve.errors import ConfigError
-from t4serve.untrusted import Untrusted, check_host, parse_int, printable
+from t4serve.untrusted import Untrusted, check_host, parse_int, printable, read_text_bounded
 
 TOKEN_MIN_CHARS = 16
+# A token file holds one token and a newline; anything larger is not one.
+TOKEN_FILE_MAX_BYTES = 64 * 1024
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
 
@@ -39,12 +41,13 @@ def read_token(environ: Mapping[str, str]) -> str:
         )
     if file:
         try:
-            lines = Path(file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
+            # The shared bounded reader: a FIFO, /dev/zero or a huge file is refused at once, never read whole.
+            lines = read_text_bounded(Path(file), TOKEN_FILE_MAX_BYTES, "the token file").splitlines()
+        except (FileNotFoundError, Untrusted) as exc:
             raise ConfigError(
-                f"T4SERVE_MCP_TOKEN_FILE={file}: cannot read it",
-                found=f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}",
-                required="a readable file holding the token",
+                f"T4SERVE_MCP_TOKEN_FILE={printable(file)}: cannot read it",
+                found=exc.reason if isinstance(exc, Untrusted) else f"{printable(file)}: no such file",
+                required=f"a regular UTF-8 file of at most {TOKEN_FILE_MAX_BYTES:,} bytes holding the token",
                 fix=fix,
             ) from None
         value = lines[0].strip() if lines else ""

@@ -18,10 +18,13 @@ from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
 from t4serve.supervise.state import LOADING_PHASES
+from t4serve.untrusted import Untrusted, load_json_file
 
 HISTORY_FILE = "start-history.json"
 LOCK_FILE = "start-history.lock"
 MAX_RECORDS = 50
+# 50 records of a few hundred bytes each; far more is not a file this module wrote.
+MAX_HISTORY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,12 @@ def load(cache_dir: Path) -> tuple[list[StartRecord], str | None]:
     """The records, and why they could not be read (None when fine or simply absent)."""
     path = cache_dir / HISTORY_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # The cache volume is shared and writable by whatever runs there: bounded, non-blocking, untrusted JSON.
+        data = load_json_file(path, MAX_HISTORY_BYTES, "the start history")
     except FileNotFoundError:
         return [], None
-    except (OSError, json.JSONDecodeError) as exc:
-        return [], f"{path}: {exc}"
+    except Untrusted as exc:
+        return [], exc.reason
     try:
         return from_dict(list[StartRecord], data), None
     except ConfigError as exc:

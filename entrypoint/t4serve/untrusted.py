@@ -286,7 +286,7 @@ def open_regular(path: Path, what: str) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise Untrusted(f"{what} {path} must be a regular file (it is {_file_kind(mode)})")
+            raise Untrusted(f"{what} {path} must be a regular file (it is {file_kind(mode)})")
     except OSError as exc:
         os.close(fd)
         raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
@@ -296,7 +296,8 @@ def open_regular(path: Path, what: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not regular is, from its st_mode, as an error names it ("a FIFO")."""
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):  # fmt: skip
         if test(mode):

@@ -5,14 +5,20 @@ break supervision, and the MCP server's echo and bearer check. Each run is count
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
+import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hardening import SENTINEL, SENTINEL_TOKEN, Outcome, base_environ, record, run_cli, tried
+
+from t4serve.supervise.state import read_state
 
 AREA = "issue 21 regressions"
 
@@ -135,3 +141,123 @@ def test_cache_files_are_read_bounded(tmp_path: Path, kind: str) -> None:
            label=f"history and compile record {kind}")
     assert records == [] and problem is not None and str(cache / history.HISTORY_FILE) in problem
     assert record_ is None and record_problem is not None and str(cache / compilation.RECORD_FILE) in record_problem
+
+
+# The compile ladder's record and lock: a bad record is set aside and the ladder starts over; a lock that cannot be
+# taken within seconds is an error in the state file; SIGTERM always ends the wrapper promptly. The wrapper runs as
+# supervisord runs it (`python -m t4serve run-vllm --spec FILE`), the stand-in vLLM as its server.
+
+
+@pytest.fixture
+def supervised() -> Iterator[Callable[..., Any]]:
+    """Starts `python -m t4serve run-vllm --spec FILE` as supervisord does (test_run_vllm.Supervised); each one left
+    running at the end is killed with its session."""
+    from test_run_vllm import Supervised
+
+    started: list[Supervised] = []
+
+    def start(spec: Any, state_dir: Path) -> Supervised:
+        started.append(Supervised(spec, state_dir))
+        return started[-1]
+
+    yield start
+    for wrapper in started:
+        wrapper.cleanup()
+
+
+def _ladder_spec(tmp_path: Path, *, compile_oom: bool) -> Any:
+    from test_run_vllm import free_port, make_spec, standin_argv
+
+    from t4serve import compilation
+
+    port = free_port()
+    spec = dataclasses.replace(make_spec(tmp_path, standin_argv(port), port=port, canary=False),
+                               compile_ladder=[[r.name, *r.flags] for r in compilation.LADDER])  # fmt: skip
+    if compile_oom:
+        spec.env["T4SERVE_STANDIN_COMPILE_OOM_WITHOUT"] = "--enforce-eager"
+    return spec
+
+
+def _state_dir(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    state.mkdir()
+    return state
+
+
+def test_a_compile_record_of_the_wrong_shape_is_set_aside_and_the_ladder_starts_over(
+    tmp_path: Path, supervised: Any
+) -> None:
+    from t4serve import compilation
+
+    spec = _ladder_spec(tmp_path, compile_oom=False)
+    cache = Path(spec.cache_dir)
+    cache.mkdir()
+    key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
+    # A number where the list of failed rungs belongs: run-vllm once died of a TypeError here, before any state.
+    (cache / compilation.RECORD_FILE).write_text(json.dumps({key: {"rung": "lean", "failed": 5}}))
+    tried(AREA)
+    wrapper = supervised(spec, _state_dir(tmp_path))
+    ready = wrapper.wait_state(lambda s: s.phase in ("ready", "failed"))
+    assert ready.phase == "ready", wrapper.output
+    assert "set aside as compile-ladder.json.bad-" in wrapper.output and "compile: full (" in wrapper.output
+    [aside] = cache.glob(f"{compilation.RECORD_FILE}.bad-*")
+    assert json.loads(aside.read_text())[key]["failed"] == 5
+    end = time.monotonic() + 10
+    while compilation.load_record(cache, key)[0] is None and time.monotonic() < end:
+        time.sleep(0.05)
+    entry, problem = compilation.load_record(cache, key)
+    assert problem is None and entry is not None and entry["rung"] == "full" and entry["failed"] == []
+    began = time.monotonic()
+    os.kill(wrapper.proc.pid, signal.SIGTERM)
+    code = wrapper.finish()
+    record(AREA, Outcome(code, wrapper.output, ""), {0}, seconds=time.monotonic() - began, deadline=5.0,
+           label="compile record of the wrong shape")
+
+
+@pytest.mark.parametrize("lock", ["fifo", "directory", "dev-zero"])
+def test_a_lock_that_is_not_a_file_is_an_error_in_the_state_not_a_hang(
+    tmp_path: Path, supervised: Any, lock: str
+) -> None:
+    from t4serve import compilation
+
+    spec = _ladder_spec(tmp_path, compile_oom=True)
+    hostile_file(Path(spec.cache_dir) / compilation.LOCK_FILE, lock)
+    tried(AREA)
+    began = time.monotonic()
+    wrapper = supervised(spec, state := _state_dir(tmp_path))
+    code = wrapper.finish(timeout=30)
+    record(AREA, Outcome(code, wrapper.output, ""), {1}, seconds=time.monotonic() - began, deadline=15.0,
+           label=f"compile lock {lock}")
+    final = read_state(state)
+    assert final.phase == "failed" and final.diagnosis is not None and "inside torch.compile" in final.diagnosis
+    assert final.fix is not None and "could not record compile rung lean" in final.fix
+    assert f"{compilation.LOCK_FILE} must be a regular file" in final.fix and "T4SERVE_COMPILE=lean" in final.fix
+
+
+def test_sigterm_ends_a_wrapper_waiting_for_a_held_lock(tmp_path: Path, supervised: Any) -> None:
+    """Another process holds the lock and never lets go: the wrapper, recording the next rung after vLLM died,
+    waits at most atomic.LOCK_TIMEOUT_S for it, and a SIGTERM during that wait ends it at once."""
+    from t4serve import compilation
+    from t4serve.supervise.run_vllm import descendants
+
+    spec = _ladder_spec(tmp_path, compile_oom=True)
+    cache = Path(spec.cache_dir)
+    cache.mkdir()
+    tried(AREA)
+    with open(cache / compilation.LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        wrapper = supervised(spec, state := _state_dir(tmp_path))
+        end = time.monotonic() + 20
+        while not descendants(wrapper.proc.pid) and time.monotonic() < end:  # vLLM started
+            time.sleep(0.02)
+        while descendants(wrapper.proc.pid) and time.monotonic() < end:  # vLLM died in torch.compile
+            time.sleep(0.02)
+        time.sleep(0.3)
+        began = time.monotonic()
+        os.kill(wrapper.proc.pid, signal.SIGTERM)
+        code = wrapper.finish()
+        took = time.monotonic() - began
+    record(AREA, Outcome(code, wrapper.output, ""), {1}, seconds=took, deadline=1.0, label="SIGTERM in a lock wait")
+    final = read_state(state)
+    assert final.phase == "failed" and final.fix is not None
+    assert "gave up waiting for the lock" in final.fix and "a stop signal came" in final.fix, final.fix

@@ -8,13 +8,13 @@ that into seconds left from the current phase. A missing or unreadable history o
 
 from __future__ import annotations
 
-import fcntl
 import json
 import statistics
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4serve.atomic import write_atomic
+from t4serve.atomic import locked, write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
 from t4serve.supervise.state import LOADING_PHASES
@@ -69,11 +69,12 @@ def load(cache_dir: Path) -> tuple[list[StartRecord], str | None]:
         return [], f"{path}: {exc.what}"
 
 
-def append(cache_dir: Path, record: StartRecord) -> None:
+def append(cache_dir: Path, record: StartRecord, stop: threading.Event | None = None) -> None:
+    """Add `record`. OSError when the folder cannot be written, LockError when the lock is not a regular file or
+    stays held past atomic.LOCK_TIMEOUT_S (or `stop` is set): the caller loses the estimate, never its start."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Read-modify-write under an exclusive lock, so two servers finishing together do not drop each other's record.
-    with open(cache_dir / LOCK_FILE, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(cache_dir / LOCK_FILE, stop=stop):
         records, _ = load(cache_dir)
         kept = [*records, record][-MAX_RECORDS:]
         write_atomic(cache_dir / HISTORY_FILE, json.dumps(to_dict(kept), indent=1) + "\n")

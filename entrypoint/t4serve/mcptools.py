@@ -35,7 +35,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from t4serve import __version__
-from t4serve.engine import API_PORT, MANIFEST_PATH, Engine, ServiceContainer
+from t4serve.engine import API_PORT, MANIFEST_PATH, Engine, ServiceContainer, client_json
 from t4serve.errors import ConfigError, EngineError, T4ServeError
 from t4serve.facts import Facts
 from t4serve.httpclient import local_url
@@ -552,7 +552,7 @@ class Tools:
             size_bytes=image.size_bytes,
             build_exit_code=done.returncode,
             build_output=output,
-            manifest=json.loads(text),
+            manifest=client_json(text, "the image's build manifest", ["cat", MANIFEST_PATH]),
         )
 
     @guarded
@@ -710,7 +710,8 @@ class Tools:
         if done.returncode != 0:
             text = f"the server has no state yet: {(done.stderr.strip() or 'no output').splitlines()[-1]}"
             return StatusOut(running=True, ready=False, api_url=api_url, text=text, **base, **empty)
-        state = from_dict(ServeState, json.loads(done.stdout), where="t4serve status --json")
+        state = from_dict(ServeState, client_json(done.stdout, "server_status", ["t4serve", "status", "--json"]),
+                          where="t4serve status --json")
         now = self.env.clock()
         figures = [
             FigureOut(
@@ -913,7 +914,7 @@ class Tools:
                 required="a run id from run_benchmark",
                 fix="call run_benchmark",
             )
-        seen = json.loads(done.stdout)
+        seen = client_json(done.stdout, "benchmark_status", ["python3", "-c", "READ_BENCH"])
         secrets = self.env.secrets()
         code = seen["exit_code"]
         state: Literal["running", "done", "failed"] = "running" if code is None else ("done" if code == 0 else "failed")

@@ -21,6 +21,7 @@ from hardening import SENTINEL, SENTINEL_TOKEN, Outcome, base_environ, record, r
 from t4serve.supervise.state import read_state
 
 AREA = "issue 21 regressions"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _check(outcome: Outcome, allowed: set[int], label: str, **kwargs: Any) -> Outcome:
@@ -261,3 +262,106 @@ def test_sigterm_ends_a_wrapper_waiting_for_a_held_lock(tmp_path: Path, supervis
     final = read_state(state)
     assert final.phase == "failed" and final.fix is not None
     assert "gave up waiting for the lock" in final.fix and "a stop signal came" in final.fix, final.fix
+
+
+# Programs that are not programs: DOCKER naming a folder or a file that is no program, a client that prints what is
+# not JSON or JSON of the wrong shape, a compose client that fails. host-check keeps to its codes (a failed finding,
+# exit 3; the engine refusing a request, 5), the MCP tools answer found/required/fix, never "internal error", and a
+# configured client that fails is never replaced by the system docker-compose (another engine's client).
+
+INFO_OK = {"ServerVersion": "27.3.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}}}
+
+
+def hostile_docker(folder: Path, kind: str) -> Path:
+    """A DOCKER that is not the Docker client: `folder`, a file without the x bit, a file that is no program, or the
+    stand-in client of tests/unit/test_engine.py answering `docker info` with text that is not what Docker gives."""
+    from test_engine import make_clients
+
+    if kind == "folder":
+        folder.mkdir(parents=True)
+        return folder
+    if kind in ("not-executable", "not-a-program"):
+        folder.mkdir(parents=True)
+        path = folder / "docker"
+        path.write_bytes(b"\x7fELF\x00garbage" if kind == "not-a-program" else b"#!/bin/sh\necho hi\n")
+        path.chmod(0o755 if kind == "not-a-program" else 0o644)
+        return path
+    answers = {
+        "not-json": "Client: Docker Engine\n Version: 27\nWARNING: no JSON here\n",
+        "runtimes-a-list": json.dumps({**INFO_OK, "Runtimes": ["runc", "nvidia"]}),
+        "runtimes-a-string": json.dumps({**INFO_OK, "Runtimes": "nvidia"}),
+        "root-a-number": json.dumps({**INFO_OK, "DockerRootDir": 7}),
+        "a-list": json.dumps([INFO_OK]),
+        "deep": "[" * 100000 + "]" * 100000,
+        "nan": '{"ServerVersion": NaN}',
+    }
+    docker, _ = make_clients(folder, {"info": [0, answers[kind], ""]})
+    return docker
+
+
+DOCKER_KINDS = ("folder", "not-executable", "not-a-program", "not-json", "runtimes-a-list", "runtimes-a-string",
+                "root-a-number", "a-list", "deep", "nan")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", DOCKER_KINDS)
+def test_host_check_with_a_docker_that_is_not_docker(tmp_path: Path, kind: str) -> None:
+    docker = hostile_docker(tmp_path / "bin", kind)
+    env = {**base_environ(tmp_path), "DOCKER": str(docker)}
+    outcome, took = _timed(["host-check", "--json", "--compose-file", str(REPO / "compose.yaml")], env)
+    _check(outcome, {3}, f"host-check DOCKER {kind}", seconds=took, deadline=30.0)
+    finding = json.loads(outcome.out)[0]
+    assert finding["check"] == "docker" and finding["level"] == "fail" and finding["fix"]
+    assert str(docker) in finding["found"] or "docker info" in finding["found"]
+
+
+@pytest.mark.parametrize("tool", ["check_host_capacity", "verify_gpu_arch", "plan", "server_status",
+                                  "stop_vllm_server", "start_vllm_server", "server_logs"])  # fmt: skip
+@pytest.mark.parametrize("kind", ["folder", "not-json", "runtimes-a-list"])
+def test_mcp_tools_with_a_docker_that_is_not_docker(tmp_path: Path, tool: str, kind: str) -> None:
+    from test_mcp_tools import call
+    from test_probes_gpu import FakeDevice, FakeNvml
+
+    from t4serve.engine import engine_from_environ
+    from t4serve.mcptools import ToolEnv
+
+    docker = hostile_docker(tmp_path / "bin", kind)
+    environ = {"DOCKER": str(docker), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+               "PATH": os.environ["PATH"]}  # fmt: skip
+    engine = engine_from_environ(environ, compose_file=REPO / "compose.yaml")
+    env = ToolEnv(engine=engine, environ=environ, data_dir=tmp_path / "data", compose_file=engine.compose_file,
+                  nvml=FakeNvml([FakeDevice()]))  # fmt: skip
+    tried(AREA)
+    result = call(env, tool, {"model": "qat"} if tool == "start_vllm_server" else {})
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    code = 0 if not result.is_error else (2 if "fix:" in text else 70)
+    record(AREA, Outcome(70 if "internal error" in text else code, text, ""), {0, 2},
+           label=f"{tool} with DOCKER {kind}")
+    assert "internal error" not in text and "Traceback" not in text
+    if tool == "check_host_capacity":
+        assert not result.is_error and result.structured_content is not None
+        assert result.structured_content["findings"][0]["level"] == "fail"
+    elif result.is_error or tool in ("verify_gpu_arch", "plan") or kind == "folder":
+        # The tools that read `docker info`, and every tool of a DOCKER that cannot run, answer found/required/fix.
+        assert result.is_error and "found:" in text and "fix:" in text, text
+
+
+def test_a_failing_compose_of_a_configured_client_never_falls_back_to_docker_compose(tmp_path: Path) -> None:
+    """DOCKER names a client of another engine whose `compose version` fails: stop_vllm_server once ran stop, rm and
+    down through the system docker-compose against the default engine. Now it is a tool error naming the client."""
+    from test_engine import calls, make_clients
+    from test_mcp_tools import call
+
+    from t4serve.engine import engine_from_environ
+    from t4serve.mcptools import ToolEnv
+
+    docker, _compose = make_clients(tmp_path / "bin", {"compose version": [1, "", "compose: engine refused\n"],
+                                                      "compose": [0, "", ""]})  # fmt: skip
+    environ = {"DOCKER": str(docker), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    engine = engine_from_environ(environ, compose_file=REPO / "compose.yaml")
+    env = ToolEnv(engine=engine, environ=environ, data_dir=tmp_path / "data", compose_file=engine.compose_file)
+    tried(AREA)
+    result = call(env, "stop_vllm_server", {})
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    record(AREA, Outcome(2 if result.is_error else 0, text, ""), {2}, label="stop with a failing compose plugin")
+    assert "no compose client for this Docker client" in text and f"DOCKER={docker}" in text
+    assert [c["prog"] for c in calls(tmp_path / "bin")] == ["docker"], "the system docker-compose was run"

@@ -365,3 +365,124 @@ def test_a_failing_compose_of_a_configured_client_never_falls_back_to_docker_com
     record(AREA, Outcome(2 if result.is_error else 0, text, ""), {2}, label="stop with a failing compose plugin")
     assert "no compose client for this Docker client" in text and f"DOCKER={docker}" in text
     assert [c["prog"] for c in calls(tmp_path / "bin")] == ["docker"], "the system docker-compose was run"
+
+
+# Bench result folders: `bench report` and `bench compare` refuse (exit 2, the file and the problem named) or render
+# safely whatever runs.json holds; matplotlib never sees a value it cannot draw. `bench` refuses a model name too
+# long for its raw/ files and an output folder it cannot write, both with exit 2, and leaves no folder behind.
+
+
+def runs_json(**edits: Any) -> dict[str, Any]:
+    """A runs.json body of two models, two cells and two repeats, as `t4serve bench` writes it; `edits` replace
+    top-level keys, or, given as run0_KEY / fig0_KEY, a key of the first run or of its figures."""
+    from test_bench_results import figures, run
+
+    from t4serve.bench.results import RUNS_SCHEMA, RunsFile
+    from t4serve.serde import to_dict
+
+    runs = [run(m, r, figures(100.0 + r, 20.0, 300.0), c=c) for m in ("qat", "bf16") for c in (1, 4) for r in (1, 2)]
+    body: dict[str, Any] = to_dict(RunsFile(schema=RUNS_SCHEMA, models=["qat", "bf16"], inputs=[512],
+                                            concurrencies=[1, 4], repeats=2, output_len=128, started="2026-12-04",
+                                            runs=runs, ceilings={"qat": 60.0, "bf16": None}, planned_runs=8))
+    for key, value in edits.items():
+        if key.startswith("run0_"):
+            body["runs"][0][key[5:]] = value
+        elif key.startswith("fig0_"):
+            body["runs"][0]["figures"][key[5:]] = value
+        else:
+            body[key] = value
+    return body
+
+
+HOSTILE_RUNS: dict[str, dict[str, Any]] = {
+    "throughput 1e308": runs_json(fig0_output_throughput=1e308),
+    "tpot 1e308": runs_json(fig0_median_tpot_ms=1e308),
+    "negative throughput": runs_json(fig0_output_throughput=-5.0),
+    "negative completed": runs_json(fig0_completed=-1),
+    "concurrency 0": runs_json(concurrencies=[0, 1], run0_concurrency=0),
+    "a run of concurrency 0": runs_json(run0_concurrency=0),
+    "duplicate cells": runs_json(runs=runs_json()["runs"] * 2),
+    "schema 2": runs_json(schema=2),
+    "no schema": {k: v for k, v in runs_json().items() if k != "schema"},
+    "model with a newline": runs_json(models=["qat\n| x |", "bf16"], run0_model="qat\n| x |"),
+    "model listed twice": runs_json(models=["qat", "qat"]),
+    "a run of an unlisted model": runs_json(run0_model="other"),
+    "repeat 10**30": runs_json(run0_repeat=10**18),
+    "ceiling 1e300": runs_json(ceilings={"qat": 1e300}),
+    "telemetry power 1e300": runs_json(run0_telemetry={"samples": 1, "power_w_mean": 1e300}),
+    "a string for a float": runs_json(fig0_median_ttft_ms="nan"),
+    "a model of 100000 characters": runs_json(models=["q" * 100000, "bf16"]),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_RUNS), ids=list(HOSTILE_RUNS))
+def test_bench_report_and_compare_refuse_runs_they_cannot_show(tmp_path: Path, case: str) -> None:
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    for folder, body in ((bad, HOSTILE_RUNS[case]), (good, runs_json())):
+        (folder / "raw").mkdir(parents=True)
+        (folder / "runs.json").write_text(json.dumps(body))
+    env = base_environ(tmp_path)
+    for args in (["bench", "report", str(bad)], ["bench", "compare", str(good), str(bad)],
+                 ["bench", "merge", str(tmp_path / "merged"), f"qat={good}", f"bf16={bad}"]):  # fmt: skip
+        outcome, took = _timed(args, env)
+        _check(outcome, {2}, f"{' '.join(args[:2])}: {case}", seconds=took, deadline=30.0)
+        assert str(bad / "runs.json") in outcome.err and "fix:" in outcome.err
+    assert not (bad / "report.md").exists() and not (tmp_path / "merged").exists()
+
+
+def test_a_model_name_holding_a_bar_is_escaped_in_every_table(tmp_path: Path) -> None:
+    body = runs_json(models=["org/q|at", "bf16"])
+    for r in body["runs"]:
+        r["model"] = "org/q|at" if r["model"] == "qat" else r["model"]
+    body["ceilings"] = {"org/q|at": 60.0}
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "runs.json").write_text(json.dumps(body))
+    outcome = _check(run_cli(["bench", "report", str(tmp_path)], base_environ(tmp_path)), {0}, "a model holding |")
+    tables = [line for line in outcome.out.splitlines() if line.startswith("|")]
+    widths = {line.replace("\\|", "").count("|") for line in tables if "org/q" in line or line.startswith("| c ")}
+    assert "org/q\\|at" in outcome.out and len(widths) >= 1
+    for block in outcome.out.split("\n\n"):
+        rows = [ln.replace("\\|", "") for ln in block.splitlines() if ln.startswith("|")]
+        assert len({row.count("|") for row in rows}) <= 1, block  # every row of a table has its header's columns
+
+
+def test_bench_refuses_a_long_model_name_and_leaves_no_folder(tmp_path: Path) -> None:
+    env = base_environ(tmp_path)
+    outcome = _check(run_cli(["bench", "--models", "m" * 300, "--base-url", "http://127.0.0.1:9",
+                              "--output", str(tmp_path / "out")], env), {2}, "a 300-character model")  # fmt: skip
+    assert "at most 160 characters" in outcome.err and not (tmp_path / "out").exists()
+    # A usage error found after the folder was made (a --base-url naming no server for a model) removes it again.
+    outcome = _check(run_cli(["bench", "--models", "a,b", "--base-url", "a=http://127.0.0.1:9",
+                              "--output", str(tmp_path / "out")], env), {2}, "--base-url for one of two models")
+    assert "--base-url names no server for b" in outcome.err and not (tmp_path / "out").exists()
+
+
+def test_bench_refuses_an_output_folder_it_cannot_write(tmp_path: Path) -> None:
+    """The (empty) folder is read-only (0555). Root writes anywhere while it holds CAP_DAC_OVERRIDE, so when the
+    tests run as root the command runs without it (dropped from the bounding set before exec, as a container with
+    `--cap-drop DAC_OVERRIDE` runs); it is the real `python -m t4serve bench` either way."""
+    import ctypes
+    import subprocess
+    import sys
+
+    def drop_dac_override() -> None:
+        if os.geteuid() == 0:
+            libc = ctypes.CDLL(None, use_errno=True)
+            for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+                if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                    raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    env = {**base_environ(tmp_path), "PYTHONPATH": str(REPO / "entrypoint")}
+    tried(AREA)
+    try:
+        done = subprocess.run([sys.executable, "-m", "t4serve", "bench", "--models", "m", "--base-url",
+                               "http://127.0.0.1:9", "--output", str(folder)], env=env, cwd=tmp_path,
+                              preexec_fn=drop_dac_override, capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    record(AREA, Outcome(done.returncode, done.stdout, done.stderr), {2}, label="an output folder it cannot write")
+    assert "--output cannot hold the results" in done.stderr and "Permission denied" in done.stderr
+    assert list(folder.iterdir()) == []

@@ -63,6 +63,12 @@ def runs_csv(runs: list[Run]) -> str:
     return out.getvalue()
 
 
+def md(text: str) -> str:
+    """Text as one cell of a markdown table: `|` escaped, line breaks as spaces (results.check_runs_file refuses
+    control characters in model names; this keeps any other text from splitting a row)."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
 def _num(value: float) -> str:
     return f"{value:.4f}"
 
@@ -94,9 +100,9 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
     for input_len in runs_file.inputs:
         lines += [f"## input {input_len} tokens", ""]
         header = ["c"]
-        header += [f"{m} tok/s" for m in models]
-        header += [f"{m} per stream" for m in models]
-        header += [f"{m} TTFT ms" for m in models]
+        header += [f"{md(m)} tok/s" for m in models]
+        header += [f"{md(m)} per stream" for m in models]
+        header += [f"{md(m)} TTFT ms" for m in models]
         header += ["variation %", "winner", "ratio", "failed requests"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for c in runs_file.concurrencies:
@@ -108,7 +114,7 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
             variations = [s.variation_pct for s in cell if s and s.variation_pct is not None]
             row.append(_fmt(max(variations), 1) if variations else "-")
             winner, ratio = winner_and_ratio([s for s in cell if s is not None])
-            row += [winner, ratio]
+            row += [md(winner), ratio]
             row.append(str(sum(s.failed_requests for s in cell if s)))
             lines.append("| " + " | ".join(row) + " |")
             failed_cells += [s for s in cell if s is not None and (s.failed or s.errors)]
@@ -156,7 +162,7 @@ def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[
         if ceiling is None or s.per_stream is None:
             continue
         lines.append(
-            f"| {s.model} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
+            f"| {md(s.model)} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
             f"{s.per_stream / ceiling * 100:.1f} % |"
         )
     return [*lines, ""]
@@ -177,8 +183,9 @@ def telemetry_section(runs_file: RunsFile) -> list[str]:
         assert t is not None
         power = f"{_fmt(t.power_w_mean, 1)} / {_fmt(t.power_limit_w, 0)}"
         clock = f"{_fmt(t.sm_clock_mhz_mean, 0)} / {_fmt(t.sm_clock_max_mhz, 0)}"
-        reasons = ", ".join(t.throttle_reasons) or "none"
-        lines.append(f"| {r.model} | {r.input_len} | {r.concurrency} | {r.repeat} | {power} | {clock} | {reasons} |")
+        reasons = md(", ".join(t.throttle_reasons)) or "none"
+        cells = [md(r.model), str(r.input_len), str(r.concurrency), str(r.repeat), power, clock, reasons]
+        lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -196,7 +203,7 @@ def compare(a: RunsFile, b: RunsFile, name_a: str = "A", name_b: str = "B") -> s
     ]
     for key in keys:
         x, y = sa.get(key), sb.get(key)
-        row = [key[0], str(key[1]), str(key[2])]
+        row = [md(key[0]), str(key[1]), str(key[2])]
         for attr, digits in (("throughput", 2), ("per_stream", 2), ("ttft_ms", 0)):
             va = _value(x, attr)
             vb = _value(y, attr)

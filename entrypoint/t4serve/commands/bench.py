@@ -7,7 +7,10 @@ Exit 0 when every run measured, 1 when some failed, 6 (BenchError) when none did
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,10 @@ import click
 
 from t4serve.errors import BenchError, ConfigError
 from t4serve.options import IntText
-from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
+from t4serve.untrusted import Untrusted, check_path, check_text, parse_float, printable
+
+# results.MAX_MODEL_NAME_CHARS, restated so `t4serve bench --help` imports nothing of the sweep.
+MAX_MODEL_NAME_CHARS = 160
 
 # Seconds a server may take to load or a run may last: a week is beyond any sweep.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
@@ -30,14 +36,24 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: Any) -> float:
 
 
 def _output_folder(output: Path) -> Path:
-    """The result folder, created now: a new or empty folder (never one holding results), a path the system takes."""
+    """The result folder, created now: a new or empty folder (never one holding results), a path the system takes,
+    where this user can write (a file is created and removed to know: root's and a read-only mount's answers to
+    os.access differ from what a write does)."""
     try:
         check_path(str(output), "--output")
         if output.exists() and not output.is_dir():
             raise Untrusted(f"--output {output} is a file, not a folder")
         if output.is_dir() and any(output.iterdir()):
             raise Untrusted(f"--output {output} already holds files (results are never overwritten)")
+        created = not output.exists()
         output.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".t4serve-write-test-", dir=output)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError:
+            _remove_if_empty(output, created=created)
+            raise
     except (Untrusted, OSError) as exc:
         reason = exc.reason if isinstance(exc, Untrusted) else f"cannot create {output}: {exc.strerror or exc}"
         raise ConfigError(
@@ -47,6 +63,19 @@ def _output_folder(output: Path) -> Path:
             fix="give --output a new folder name, or leave it out for bench-DATE in this folder",
         ) from None
     return output
+
+
+def _remove_if_empty(folder: Path, *, created: bool) -> None:
+    """After a usage error: the folder this run created, if nothing but empty folders is in it (no half-made result
+    folder is left behind; a folder the user made stays)."""
+    if not created or not folder.is_dir():
+        return
+    for sub in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if not sub.is_dir() or sub.is_symlink() or any(sub.iterdir()):
+            return
+        sub.rmdir()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = False) -> dict[str, str]:
@@ -128,13 +157,13 @@ def command(
     from t4serve.bench.runner import BenchOptions, run_bench
 
     model_list = [m.strip() for m in models.split(",") if m.strip()]
-    if not model_list or len(set(model_list)) != len(model_list) or not all(_one_word(m) for m in model_list):
+    if not model_list or len(set(model_list)) != len(model_list) or not all(_model_name(m) for m in model_list):
         raise ConfigError(
-            f"--models {models!r} must name one or more distinct checkpoints",
-            found=models,
-            required="one or more distinct aliases, repo ids or folders, each one word without control characters; "
-            "e.g. qat,bf16",
-            fix="--models qat,bf16",
+            f"--models {printable(models[:200])!r} must name one or more distinct checkpoints",
+            found=printable(models[:300]),
+            required="one or more distinct aliases, repo ids or folders, each one word without control characters "
+            f"of at most {MAX_MODEL_NAME_CHARS} characters (each names its raw/ files); e.g. qat,bf16",
+            fix="--models qat,bf16 (a checkpoint in a deep folder: a shorter path, or a symlink to it)",
         )
     ceilings: dict[str, float] = {}
     for key, value in _pairs(ceiling, "--ceiling", model_list).items():
@@ -165,16 +194,21 @@ def command(
     parsed_inputs = grid.parse_int_list(inputs, "--inputs")
     concurrencies = grid.parse_int_list(concurrency, "--concurrency", grid.MAX_CONCURRENCY)
     grid.validate(parsed_inputs, concurrencies, repeats)
+    base_urls = _pairs(base_url, "--base-url", model_list)
+    tokenizers = _pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True)
+    # Last, once every option is known good: a usage error leaves no folder behind.
+    folder = output or Path(f"bench-{stamp}")
+    created = not folder.exists()
     opts = BenchOptions(
         models=model_list,
         inputs=parsed_inputs,
         concurrencies=concurrencies,
         repeats=repeats,
         output_len=output_len,
-        output=_output_folder(output or Path(f"bench-{stamp}")),
+        output=_output_folder(folder),
         num_prompts=num_prompts,
-        base_urls=_pairs(base_url, "--base-url", model_list),
-        tokenizers=_pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True),
+        base_urls=base_urls,
+        tokenizers=tokenizers,
         ceilings=ceilings,
         vllm=vllm,
         num_warmups=num_warmups,
@@ -185,6 +219,11 @@ def command(
 
     try:
         runs_file = run_bench(opts)
+    except ConfigError:
+        # A setting found wrong before the first run (a --base-url for no model, an unusable key): nothing was
+        # measured, so the folder this run made goes again (one holding results never does).
+        _remove_if_empty(opts.output, created=created)
+        raise
     except Interrupted as exc:
         click.echo(f"t4serve bench: {exc.why}; the {opts.output} folder holds the runs finished before it "
                    "(report.md says which)", err=True)
@@ -211,6 +250,16 @@ def _one_word(name: str) -> bool:
     except Untrusted:
         return False
     return not any(c.isspace() for c in name)
+
+
+def _model_name(name: str) -> bool:
+    from t4serve.bench.results import check_model_name
+
+    try:
+        check_model_name(name)
+    except Untrusted:
+        return False
+    return True
 
 
 @command.command("compare")

@@ -10,10 +10,12 @@ import fcntl
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hardening import SENTINEL, SENTINEL_TOKEN, Outcome, base_environ, record, run_cli, tried
@@ -486,3 +488,55 @@ def test_bench_refuses_an_output_folder_it_cannot_write(tmp_path: Path) -> None:
     record(AREA, Outcome(done.returncode, done.stdout, done.stderr), {2}, label="an output folder it cannot write")
     assert "--output cannot hold the results" in done.stderr and "Permission denied" in done.stderr
     assert list(folder.iterdir()) == []
+
+
+# Exit codes that lie, and settings that contradict the card: one table (t4serve.errors.EXIT_CODES), kept by every
+# command in every output form.
+
+
+def test_mcp_http_on_an_address_in_use_exits_2_without_announcing(tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "token").write_text("mcp-test-token-0123456789abcdef\n")
+    env = {**base_environ(tmp_path), "T4SERVE_MCP_TOKEN_FILE": str(tmp_path / "token")}
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        for listen in (f"127.0.0.1:{port}", f"192.0.2.1:{port}", f"no-such-host.invalid:{port}"):
+            outcome, took = _timed(["mcp", "--http", listen, "--allowed-host", "gpu-box",
+                                    "--compose-file", str(REPO / "compose.yaml")], env)  # fmt: skip
+            _check(outcome, {2}, f"mcp --http {listen}", seconds=took, deadline=30.0)
+            assert "cannot listen there" in outcome.err and "streamable HTTP on" not in outcome.err
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_status_on_a_corrupt_exit_request_exits_2_in_both_forms(tmp_path: Path, as_json: bool) -> None:
+    from hardening import ready_state, write_state
+
+    write_state(tmp_path / "state", ready_state(9))
+    (tmp_path / "state" / "exit-request.json").write_text('{"code": "one"')
+    outcome = _check(run_cli(["status", *(["--json"] if as_json else [])], base_environ(tmp_path)), {2},
+                     f"status {'--json ' if as_json else ''}with a corrupt exit request")
+    assert "exit-request.json" in outcome.err and outcome.out == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_plan_of_an_unreadable_checkpoint_exits_2_in_both_forms(tmp_path: Path, as_json: bool) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(b"\xff\xfe not json")
+    args = ["plan", "--gpu", "t4", "--model", str(model), *(["--json"] if as_json else [])]
+    outcome = _check(run_cli(args, base_environ(tmp_path)), {2}, f"plan {'--json ' if as_json else ''}unreadable")
+    assert f"cannot read the checkpoint {model}" in outcome.err and "config.json" in outcome.err
+
+
+@pytest.mark.parametrize("command", [["plan", "--gpu", "t4"], ["plan", "--gpu", "t4", "--json"],
+                                     ["preflight", "--json"], ["serve"]])  # fmt: skip
+def test_size_as_a_bigger_card_than_the_one_present_exits_2(tmp_path: Path, command: list[str]) -> None:
+    from test_probes_gpu import FakeDevice, FakeNvml
+
+    env = {**base_environ(tmp_path), "T4SERVE_SIZE_AS": "a10g", "T4SERVE_PREFLIGHT": "warn"}
+    # This machine has no GPU: NVML answers as a T4 host's would (FakeNvml stands for the driver's library).
+    with mock.patch.dict(sys.modules, {"pynvml": FakeNvml([FakeDevice()])}):
+        outcome = _check(run_cli(command, env), {2}, f"T4SERVE_SIZE_AS=a10g on a T4: {' '.join(command)}")
+    assert "T4SERVE_SIZE_AS=a10g" in outcome.err and "larger than the card present" in outcome.err
+    assert "--gpu-memory-utilization" not in outcome.out

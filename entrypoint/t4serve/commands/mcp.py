@@ -9,9 +9,11 @@ allow-list (the MCP SDK's DNS-rebinding protection, on). The token is compared i
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 import click
 
 from t4serve.commands.host_check import compose_file_option, project_option
-from t4serve.errors import ConfigError
+from t4serve.errors import ConfigError, InternalError
 from t4serve.untrusted import Untrusted, check_host, parse_int, printable, read_text_bounded
 
 TOKEN_MIN_CHARS = 16
@@ -238,7 +240,54 @@ def command(
     import anyio
     import uvicorn
 
+    # Listening first, then announcing: an address that cannot be bound is exit 2 with the reason, where uvicorn
+    # announced nothing useful and exited 3 (which reads as a failed preflight).
+    sock = listen_socket(host, port)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    click.echo(f"t4serve mcp: streamable HTTP on http://{host}:{port}/mcp (bearer token required)", err=True)
-    anyio.run(uvicorn.Server(config).serve)
+    uv = uvicorn.Server(config)
+    click.echo(f"t4serve mcp: streamable HTTP on http://{_url_host(host)}:{port}/mcp (bearer token required)",
+               err=True)
+    try:
+        anyio.run(functools.partial(uv.serve, sockets=[sock]))
+    except SystemExit as exc:  # uvicorn's own exit when the app's startup fails: a bug here, not a setting
+        raise InternalError(
+            "t4serve mcp: the HTTP server did not start",
+            found=f"uvicorn exited {exc.code} while starting the MCP app",
+            required="the MCP SDK's streamable-HTTP app to start",
+            fix="run with the stdio transport (no --http) and report this with the lines above",
+        ) from None
+    finally:
+        sock.close()
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on HOST:PORT, or a ConfigError (exit 2) naming the address and why it cannot be used:
+    in use, not an address of this host, a name that does not resolve, a port below 1024 without the right."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _name, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise _cannot_listen(host, port, exc) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise _cannot_listen(host, port, exc) from None
+    return sock
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"--http {_url_host(host)}:{port}: cannot listen there",
+        found=f"{exc.strerror or exc}",
+        required="a free port on an address of this host",
+        fix=f"stop what listens on port {port} (`ss -ltnp`), or pick another: --http 127.0.0.1:8766",
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -540,3 +540,46 @@ def test_size_as_a_bigger_card_than_the_one_present_exits_2(tmp_path: Path, comm
         outcome = _check(run_cli(command, env), {2}, f"T4SERVE_SIZE_AS=a10g on a T4: {' '.join(command)}")
     assert "T4SERVE_SIZE_AS=a10g" in outcome.err and "larger than the card present" in outcome.err
     assert "--gpu-memory-utilization" not in outcome.out
+
+
+# Pass-through vLLM flags that break health or supervision, or change what was sized: refused with what owns the
+# choice, in every spelling vLLM's parser takes (= glued, underscores, capitals, abbreviations, one key of a dict
+# flag); and two settings choosing compilation are an error, never a silent winner.
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ("--headless", "starts none"),
+        ("--uds /tmp/vllm.sock", "T4SERVE_HOST:T4SERVE_PORT"),
+        ("--grpc", "gRPC"),
+        ("--ssl-keyfile /k.pem --ssl-certfile /c.pem", "terminate TLS in front"),
+        ("--SSL_CERTFILE=/c.pem", "terminate TLS in front"),
+        ("--enable-ssl-refresh", "terminate TLS in front"),
+        ("--revision 0123abc", "T4SERVE_MODEL=./m"),
+        ("--rev=main", "T4SERVE_MODEL=./m"),
+        ("--hf-overrides '{\"text_config\": {\"num_hidden_layers\": 2}}'", "edited config.json"),
+        ("--hf_overrides.text_config.num_hidden_layers 2", "edited config.json"),
+        ("--hf-config-path /elsewhere", "config.json it probed"),
+    ],
+)
+def test_flags_that_break_supervision_or_sizing_are_refused(tmp_path: Path, args: str, words: str) -> None:
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": args}
+    for command in (["plan", "--gpu", "t4"], ["plan", "--gpu", "t4", "--json"], ["serve"]):
+        outcome = _check(run_cli(command, env), {2}, f"T4SERVE_VLLM_ARGS={args} ({command[0]})")
+        assert "T4SERVE_VLLM_ARGS=" in outcome.err and "must not contain" in outcome.err and words in outcome.err
+
+
+@pytest.mark.parametrize("flags", ["-O3", "--enforce-eager", "--compilation-config '{\"mode\": 0}'",
+                                   "--compilation_config.mode=0", "-O.mode=0"])  # fmt: skip
+@pytest.mark.parametrize("mode", ["eager", "full", "o1"])
+def test_t4serve_compile_and_compilation_flags_together_are_an_error(tmp_path: Path, flags: str, mode: str) -> None:
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": flags, "T4SERVE_COMPILE": mode}
+    outcome = _check(run_cli(["plan", "--gpu", "t4", "--json"], env), {2}, f"T4SERVE_COMPILE={mode} with {flags}")
+    assert f"T4SERVE_COMPILE={mode} and compilation flags in T4SERVE_VLLM_ARGS" in outcome.err
+    assert "unset T4SERVE_COMPILE" in outcome.err and outcome.out == ""
+    # auto (or unset) leaves compilation to the flags, as documented: no conflict.
+    for same in ({"T4SERVE_COMPILE": "auto"}, {}):
+        env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": flags, **same}
+        plan = json.loads(_check(run_cli(["plan", "--gpu", "t4", "--json"], env), {0}, f"{same} {flags}").out)
+        assert plan["settings"]["T4SERVE_VLLM_ARGS"]["value"] != "(none)"

@@ -32,7 +32,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from t4serve import __version__
 from t4serve.engine import API_PORT, MANIFEST_PATH, Engine, ServiceContainer, client_json
@@ -44,7 +44,7 @@ from t4serve.probes.gpu import Nvml
 from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
 from t4serve.settings import VARIABLES_BY_NAME, Settings
-from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded
+from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -256,8 +256,20 @@ def checks_fields(findings: Sequence[Finding]) -> dict[str, Any]:
     }
 
 
+# What a tool error may hold: the SDK sends it to the client and logs it, so an argument of megabytes quoted back in a
+# message must be cut (untrusted.shown cuts each quoted value; this bounds the whole).
+MAX_ERROR_CHARS = 4000
+
+
 def tool_error(exc: T4ServeError) -> ToolError:
-    return ToolError(exc.message())
+    return ToolError(capped(exc.message()))
+
+
+def capped(message: str) -> str:
+    """A message as a tool error carries it: at most MAX_ERROR_CHARS, said where cut."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return message[:MAX_ERROR_CHARS] + f"... (cut: {len(message):,} characters in all)"
 
 
 def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -276,7 +288,7 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
             raise ToolError(
                 f"{fn.__name__} failed: internal error (a bug in t4serve; please report it with this line)\n"
-                f"  found: {type(exc).__name__}: {exc}{where}"
+                f"  found: {type(exc).__name__}: {shown(str(exc), 500)}{where}"
             ) from None
 
     return wrapper
@@ -339,8 +351,8 @@ def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapp
             )
         if name not in VARIABLES_BY_NAME:
             raise ConfigError(
-                f"settings: {name} is not a t4serve setting",
-                found=name,
+                f"settings: {shown(name, 80)} is not a t4serve setting",
+                found=shown(name),
                 required="names from `t4serve env` (e.g. T4SERVE_MAX_MODEL_LEN, T4SERVE_DTYPE)",
                 fix="run `t4serve env` for the table",
             )
@@ -1053,7 +1065,20 @@ def build_server(env: ToolEnv, read_only: bool = False) -> MCPServer:
             continue
         fn = getattr(tools, name)
         server.add_tool(fn, name=name, annotations=hints, structured_output=True)
+    strict_arguments(server)
     return server
+
+
+def strict_arguments(server: MCPServer) -> None:
+    """Every tool's arguments taken as JSON gives them, without pydantic's lax coercion (it reads the string "1_0" as
+    the integer 10, true as 1 and "nan" as a float): an integer must be a JSON integer, a string a string, as
+    t4serve.untrusted takes numbers everywhere else. The published input schemas are unchanged (they already say so);
+    the SDK has no public hook for this, so its tool manager is reached here (pinned mcp>=2.3,<3; the hardening tests
+    fail if it moves)."""
+    for tool in server._tool_manager.list_tools():
+        lax = tool.fn_metadata.arg_model
+        config = ConfigDict(arbitrary_types_allowed=True, strict=True)
+        tool.fn_metadata.arg_model = type(lax.__name__, (lax,), {"model_config": config, "__module__": __name__})
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:

@@ -129,6 +129,17 @@ def printable(text: str) -> str:
     )
 
 
+# What a message quotes of one value: enough to recognise it, never a megabyte argument echoed back or logged.
+MAX_SHOWN_CHARS = 200
+
+
+def shown(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` as a message quotes it: `printable`, and cut to `limit` characters with how long it was."""
+    if len(text) > limit:
+        return printable(text[:limit]) + f"... ({len(text):,} characters in all)"
+    return printable(text)
+
+
 def check_path(value: str, what: str = "the path") -> str:
     """A path a file system accepts and supervisord.conf can hold: no control characters, each component at most
     255 bytes, the whole at most 4095."""

@@ -204,7 +204,7 @@ def setting_error(
             fix = fix.replace(secret, REDACTED) if fix is not None else None
     if shown is None:
         text = redact_vllm_args(raw) if var.field == "vllm_args" else raw
-        shown = REDACTED if var.secret else untrusted.printable(text)
+        shown = REDACTED if var.secret else untrusted.shown(text)
     given_as = label or var.option
     where = f" (from {given_as})" if origin == "flag" and given_as else ""
     if fix is None and origin == "flag" and label:

@@ -583,3 +583,160 @@ def test_t4serve_compile_and_compilation_flags_together_are_an_error(tmp_path: P
         env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": flags, **same}
         plan = json.loads(_check(run_cli(["plan", "--gpu", "t4", "--json"], env), {0}, f"{same} {flags}").out)
         assert plan["settings"]["T4SERVE_VLLM_ARGS"]["value"] != "(none)"
+
+
+# The MCP server's doors: every malformed stdio message answered (the SDK dropped them, leaving the client to wait),
+# tool arguments as JSON gives them (no "1_0" read as 10), one Authorization header (the check read the last of
+# several), and no argument of megabytes echoed back or logged in full.
+
+TOKEN = "mcp-test-token-0123456789abcdef"
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+              "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
+
+
+def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """`t4serve mcp` kept off any engine: DOCKER and compose name programs that do not exist."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
+            "DOCKER": str(tmp_path / "no-docker-here"), "T4SERVE_MCP_COMPOSE": str(tmp_path / "no-compose-here"),
+            "T4SERVE_MCP_DATA_DIR": str(tmp_path / "data"), **extra}  # fmt: skip
+
+
+class StdioServer:
+    """`python -m t4serve mcp` as an assistant starts it, spoken to line by line; stderr kept in a file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import subprocess
+
+        self.err_path = tmp_path / "mcp-stderr.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "t4serve", "mcp", "--compose-file", str(REPO / "compose.yaml")],
+            env=mcp_env(tmp_path), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err_path.open("wb"),
+        )  # fmt: skip
+        self.send(json.dumps(INITIALIZE).encode())
+        assert b'"serverInfo"' in self.answer(30)
+        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 10.0) -> bytes:
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, "no answer from t4serve mcp"
+        return self.proc.stdout.readline()
+
+    def close(self) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=20)
+        return self.err_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:
+    server = StdioServer(tmp_path)
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+
+
+def test_every_malformed_stdio_message_is_answered(stdio_server: StdioServer) -> None:
+    cases = [(b"not json", None, -32700), (b"{", None, -32700), (b"[]", None, -32600), (b"\xff\xfe", None, -32700),
+             (b'{"jsonrpc": "2.0", "id": 7}', 7, -32600), (b'{"jsonrpc": "1.0", "id": "x", "method": "ping"}', "x",
+             -32600), (b"[" * 100000 + b"]" * 100000, None, -32700),
+             (b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"plan","arguments":{"settings":'
+              + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}}}", None, -32700),
+             (b'"' + b"x" * (5 << 20) + b'"', None, -32700)]  # fmt: skip
+    for line, request_id, code in cases:
+        tried(AREA)
+        began = time.monotonic()
+        stdio_server.send(line)
+        answer = json.loads(stdio_server.answer())
+        record(AREA, Outcome(0, json.dumps(answer), ""), {0}, seconds=time.monotonic() - began, deadline=5.0,
+               label=f"stdio {line[:40]!r}")
+        assert answer["id"] == request_id and answer["error"]["code"] == code, answer
+    # Still serving after all of it.
+    stdio_server.send(b'{"jsonrpc": "2.0", "id": 10, "method": "tools/list"}')
+    assert json.loads(stdio_server.answer())["id"] == 10
+    assert "Traceback" not in stdio_server.close()
+
+
+def test_tool_arguments_are_taken_as_json_gives_them(stdio_server: StdioServer) -> None:
+    """pydantic's lax mode read the string "1_0" as the integer 10, true as 1 and "nan" as a float."""
+    for arguments in ({"tail": "1_0"}, {"tail": True}, {"tail": 5.0}, {"tail": "\u0663"}):
+        tried(AREA)
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "server_logs", "arguments": arguments}}  # fmt: skip
+        stdio_server.send(json.dumps(call).encode())
+        answer = json.loads(stdio_server.answer())
+        record(AREA, Outcome(0, json.dumps(answer), ""), {0}, label=f"server_logs {arguments}")
+        assert answer["result"]["isError"] and "validation error" in answer["result"]["content"][0]["text"]
+    stdio_server.close()
+
+
+def test_a_megabyte_argument_is_not_echoed_or_logged_in_full(stdio_server: StdioServer) -> None:
+    model = "a" * (3 << 20)
+    for name, arguments in (("plan", {"model": model}), ("plan", {"settings": {model: "1"}}),
+                            ("start_vllm_server", {"model": model}), ("server_logs", {"since": model})):  # fmt: skip
+        tried(AREA)
+        call = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        stdio_server.send(json.dumps(call).encode())
+        answer = stdio_server.answer(30)
+        record(AREA, Outcome(0, answer.decode(errors="replace")[:2000], ""), {0}, label=f"{name} with 3 MB")
+        assert len(answer) < 16_384 and json.loads(answer)["result"]["isError"]
+    log = stdio_server.close()
+    assert len(log) < 64_000 and "a" * 5000 not in log
+
+
+def test_the_bearer_check_refuses_several_authorization_headers(tmp_path: Path) -> None:
+    import http.client
+    import socket
+    import subprocess
+
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "t4serve", "mcp", "--http", f"127.0.0.1:{port}",
+                             "--compose-file", str(REPO / "compose.yaml")],
+                            env=mcp_env(tmp_path, T4SERVE_MCP_TOKEN_FILE=str(tmp_path / "token")), cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+
+        def post(*authorizations: str) -> int:
+            # http.client sends a header given twice to putheader twice, in that order.
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            body = json.dumps(INITIALIZE).encode()
+            conn.putrequest("POST", "/mcp")
+            for header, value in (("Content-Type", "application/json"), ("Accept", "application/json, "
+                                  "text/event-stream"), ("Content-Length", str(len(body))),
+                                  *(("Authorization", a) for a in authorizations)):  # fmt: skip
+                conn.putheader(header, value)
+            conn.endheaders(body)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        good, bad = f"Bearer {TOKEN}", "Bearer wrong-token-0123456789abcd"
+        assert post(good) == 200
+        for headers in ((bad, good), (good, bad), (good, good)):
+            tried(AREA)
+            status = post(*headers)
+            record(AREA, Outcome(0 if status == 401 else 1, str(status), ""), {0}, label=f"{len(headers)} headers")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

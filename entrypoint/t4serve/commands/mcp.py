@@ -12,17 +12,19 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
+import json
 import os
 import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
 from t4serve.commands.host_check import compose_file_option, project_option
 from t4serve.errors import ConfigError, InternalError
-from t4serve.untrusted import Untrusted, check_host, parse_int, printable, read_text_bounded
+from t4serve.untrusted import Untrusted, check_host, json_depth, parse_int, printable, read_text_bounded
 
 TOKEN_MIN_CHARS = 16
 # A token file holds one token and a newline; anything larger is not one.
@@ -152,11 +154,10 @@ class BearerToken:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
-            given = b""
-            for key, value in scope.get("headers", []):
-                if key.lower() == b"authorization":
-                    given = value
-            if not hmac.compare_digest(given, self.expected):
+            # Exactly one Authorization header: with several, which one a proxy or the app behind reads is not ours
+            # to guess (this check read the last), so more than one is refused like a wrong token.
+            given = [value for key, value in scope.get("headers", []) if key.lower() == b"authorization"]
+            if len(given) != 1 or not hmac.compare_digest(given[0], self.expected):
                 body = b'{"error": "unauthorized: send Authorization: Bearer <T4SERVE_MCP_TOKEN>"}'
                 await send(
                     {
@@ -231,7 +232,9 @@ def command(
         )
     server = build_server(env, read_only=read_only)
     if listen is None:
-        server.run("stdio")
+        import anyio
+
+        anyio.run(serve_stdio, server, sys.stdin.buffer)
         return 0
     host, port = parse_listen(listen)
     token = read_token(environ)
@@ -291,3 +294,118 @@ def _cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+# ----- stdio, guarded
+
+
+# One JSON-RPC message over stdio: the same bound as the SDK's streamable HTTP body (4 MiB); a longer line is refused
+# without being held, however long it runs on.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Nesting deeper than any MCP message goes (the tools' arguments nest 3 levels); pydantic's parser stops near 200.
+MAX_MESSAGE_DEPTH = 64
+
+
+async def serve_stdio(server: Any, source: BinaryIO) -> None:
+    """The MCP server over stdio, with every line checked before the SDK sees it (`GuardedLines`): the SDK drops a
+    message it cannot parse without an answer, so a client waits forever for the reply to a malformed request."""
+    from mcp.server.stdio import stdio_server
+
+    lines = GuardedLines(source)
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        lines.answers = write_stream
+        # MCPServer.run_stdio_async, with these lines for stdin (the SDK has no public hook for a filtered stdin).
+        low = server._lowlevel_server
+        await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+class GuardedLines:
+    """stdin as the SDK's stdio transport reads it (an async iterable of lines), each line checked first: at most
+    MAX_MESSAGE_BYTES (a longer one is skipped to its end, never buffered whole), UTF-8, nesting at most
+    MAX_MESSAGE_DEPTH, a JSON-RPC message. A line that fails is answered at once with the JSON-RPC error the spec
+    gives it (-32700 parse error, -32600 invalid request; the request's id when it can be read, else null), through
+    the transport's own writer, and never reaches the SDK; a blank line is skipped."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source = source
+        self.answers: Any = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        import anyio.to_thread
+
+        buffer = bytearray()
+        skipping = False
+        while True:
+            chunk = await anyio.to_thread.run_sync(self._read, abandon_on_cancel=True)
+            ended = not chunk
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0 or (ended and buffer):
+                line = bytes(buffer[:end] if end >= 0 else buffer)
+                del buffer[: end + 1 if end >= 0 else len(buffer)]
+                if skipping:
+                    skipping = False
+                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    continue
+                text = await self._checked(line)
+                if text is not None:
+                    yield text
+            if len(buffer) > MAX_MESSAGE_BYTES:
+                buffer.clear()
+                skipping = True
+            if ended:
+                if skipping:
+                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                return
+
+    def _read(self) -> bytes:
+        read1 = getattr(self.source, "read1", None)
+        return bytes(read1(65536) if read1 is not None else self.source.read(65536))
+
+    async def _checked(self, line: bytes) -> str | None:
+        """The line as the SDK may read it, or None once refused (answered) or blank."""
+        import mcp_types
+        from pydantic import ValidationError
+
+        if not line.strip():
+            return None
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            await self._refuse(None, PARSE_ERROR, f"not UTF-8 (byte {exc.start})")
+            return None
+        depth = json_depth(text)
+        if depth > MAX_MESSAGE_DEPTH:
+            await self._refuse(None, PARSE_ERROR, f"nested {depth} levels deep, more than {MAX_MESSAGE_DEPTH}")
+            return None
+        try:
+            mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except ValidationError:
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                await self._refuse(None, PARSE_ERROR, "not JSON")
+                return None
+            raw_id = data.get("id") if isinstance(data, dict) else None
+            ok_id = isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and len(str(raw_id)) <= 200
+            await self._refuse(raw_id if ok_id else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
+                               "notification or response (jsonrpc \"2.0\", a method, an id of a string or integer)")
+            return None
+        return text
+
+    async def _refuse(self, request_id: str | int | None, code: int, why: str) -> None:
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        title = "Parse error" if code == PARSE_ERROR else "Invalid Request"
+        error = mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                       error=mcp_types.ErrorData(code=code, message=f"{title}: {why}"))
+        print(f"t4serve mcp: refused a message: {title}: {why}", file=sys.stderr, flush=True)
+        if self.answers is not None:
+            await self.answers.send(SessionMessage(error))
+
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600

@@ -18,7 +18,21 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hardening import SENTINEL, SENTINEL_TOKEN, Outcome, base_environ, record, run_cli, tried
+from hardening import (
+    HOSTILE_FILES,
+    INITIALIZE,
+    SENTINEL,
+    SENTINEL_TOKEN,
+    TOKEN,
+    Outcome,
+    StdioServer,
+    base_environ,
+    hostile_file,
+    mcp_env,
+    record,
+    run_cli,
+    tried,
+)
 
 from t4serve.supervise.state import read_state
 
@@ -74,28 +88,6 @@ def test_options_take_ascii_decimal_only(tmp_path: Path, args: list[str]) -> Non
 
 # Files that are not what they claim: one bounded, non-blocking reader (t4serve.untrusted.open_regular/read_bounded)
 # for every file t4serve reads. Each kind below is refused at once, with the path named, by every door.
-
-HOSTILE_FILES = ("fifo", "dev-zero", "directory", "sparse-1g", "not-utf8", "loop")
-
-
-def hostile_file(path: Path, kind: str) -> Path:
-    """`path` made into a file that is not what it claims to be."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "sparse-1g":
-        with path.open("wb") as handle:
-            handle.truncate(1 << 30)
-    elif kind == "not-utf8":
-        path.write_bytes(b"\xff\xfe\x00token\x80")
-    elif kind == "loop":
-        path.symlink_to(path)
-    return path
-
 
 def _timed(args: list[str], env: dict[str, str]) -> tuple[Outcome, float]:
     began = time.monotonic()
@@ -588,54 +580,6 @@ def test_t4serve_compile_and_compilation_flags_together_are_an_error(tmp_path: P
 # The MCP server's doors: every malformed stdio message answered (the SDK dropped them, leaving the client to wait),
 # tool arguments as JSON gives them (no "1_0" read as 10), one Authorization header (the check read the last of
 # several), and no argument of megabytes echoed back or logged in full.
-
-TOKEN = "mcp-test-token-0123456789abcdef"
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
-              "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
-
-
-def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """`t4serve mcp` kept off any engine: DOCKER and compose name programs that do not exist."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
-            "DOCKER": str(tmp_path / "no-docker-here"), "T4SERVE_MCP_COMPOSE": str(tmp_path / "no-compose-here"),
-            "T4SERVE_MCP_DATA_DIR": str(tmp_path / "data"), **extra}  # fmt: skip
-
-
-class StdioServer:
-    """`python -m t4serve mcp` as an assistant starts it, spoken to line by line; stderr kept in a file."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        import subprocess
-
-        self.err_path = tmp_path / "mcp-stderr.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "t4serve", "mcp", "--compose-file", str(REPO / "compose.yaml")],
-            env=mcp_env(tmp_path), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err_path.open("wb"),
-        )  # fmt: skip
-        self.send(json.dumps(INITIALIZE).encode())
-        assert b'"serverInfo"' in self.answer(30)
-        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
-
-    def send(self, line: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + b"\n")
-        self.proc.stdin.flush()
-
-    def answer(self, timeout: float = 10.0) -> bytes:
-        import select
-
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, "no answer from t4serve mcp"
-        return self.proc.stdout.readline()
-
-    def close(self) -> str:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=20)
-        return self.err_path.read_text(errors="replace")
-
 
 @pytest.fixture
 def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:

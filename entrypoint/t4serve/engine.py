@@ -247,7 +247,8 @@ class DockerCli:
         compose: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.compose_file = compose_file.resolve()
+        # realpath, not Path.resolve: a symlink loop at the path is a compose file to report missing, no RuntimeError.
+        self.compose_file = Path(os.path.realpath(compose_file))
         self.project = project
         self._image = image
         self.docker = docker

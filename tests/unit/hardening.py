@@ -13,7 +13,7 @@ import contextlib
 import io
 import json
 import os
-import select
+import queue
 import socket
 import subprocess
 import sys
@@ -349,19 +349,26 @@ def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 class StdioServer:
-    """`python -m t4serve mcp` as an assistant starts it, spoken to line by line; stderr kept in a file."""
+    """`python -m t4serve mcp` as an assistant starts it, spoken to line by line; its answers collected by a thread
+    (a select() on the pipe misses a line already read into the reader's buffer), stderr kept in a file."""
 
-    def __init__(self, tmp_path: Path) -> None:
-
+    def __init__(self, tmp_path: Path, compose_file: Path = REPO / "compose.yaml", **extra_env: str) -> None:
         self.err_path = tmp_path / "mcp-stderr.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "t4serve", "mcp", "--compose-file", str(REPO / "compose.yaml")],
-            env=mcp_env(tmp_path), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "t4serve", "mcp", "--compose-file", str(compose_file)],
+            env=mcp_env(tmp_path, **extra_env), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.err_path.open("wb"),
         )  # fmt: skip
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._collect, daemon=True).start()
         self.send(json.dumps(INITIALIZE).encode())
         assert b'"serverInfo"' in self.answer(30)
         self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.answers.put(line)
 
     def send(self, line: bytes) -> None:
         assert self.proc.stdin is not None
@@ -369,10 +376,10 @@ class StdioServer:
         self.proc.stdin.flush()
 
     def answer(self, timeout: float = 10.0) -> bytes:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, "no answer from t4serve mcp"
-        return self.proc.stdout.readline()
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer from t4serve mcp within {timeout:g} s") from None
 
     def close(self) -> str:
         assert self.proc.stdin is not None

@@ -1,15 +1,25 @@
-"""One way to replace a file: write a temp file in the same folder, fsync, rename.
+"""One way to replace a file: write a temp file in the same folder, fsync, rename; and one lock for the
+read-modify-writes of files several servers share.
 
 Readers see the old file or the new one, never a partial one; a failure (full disk, interrupt) leaves the old file
 and no temp behind. Used for state, history, the supervisord config, the build manifest and the patched vLLM source.
+`locked` guards the start history's and the compile ladder's read-modify-write in the shared cache volume: bounded in
+time and refusing a lock path that is not a regular file, so a hostile or stuck lock never blocks a server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from t4serve.untrusted import file_kind
 
 
 def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
@@ -29,3 +39,52 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
         raise
+
+
+# How long a read-modify-write waits for another holder of its lock: the holders (servers of one host finishing a
+# start together) keep it for milliseconds, so a lock still held after this is held by something stuck or hostile.
+LOCK_TIMEOUT_S = 5.0
+_LOCK_POLL_S = 0.05
+
+
+class LockError(Exception):
+    """A lock that could not be taken: `reason` names the lock file and why (not a regular file, still held)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S, stop: threading.Event | None = None) -> Iterator[None]:
+    """An exclusive flock on `path` (created 0o644 when absent) for a read-modify-write, taken within `timeout_s`.
+
+    Opened non-blocking and only as a regular file, so a FIFO, a device or a folder at the lock's path is refused at
+    once instead of blocking open(); polled with LOCK_NB, so a holder that never lets go costs `timeout_s`, not
+    forever; `stop` set (the caller received a signal) gives up at the next poll. Failures raise LockError;
+    OSError passes through for a folder that cannot be written."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0o644)
+    except IsADirectoryError:
+        raise LockError(f"the lock {path} must be a regular file (it is a directory)") from None
+    except OSError as exc:
+        raise LockError(f"the lock {path} cannot be opened: {exc.strerror or type(exc).__name__}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise LockError(f"the lock {path} must be a regular file (it is {file_kind(mode)})")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            if stop is not None and stop.is_set():
+                raise LockError(f"gave up waiting for the lock {path}: a stop signal came")
+            if time.monotonic() >= deadline:
+                raise LockError(f"the lock {path} is still held by another process after {timeout_s:g} s")
+            time.sleep(_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)

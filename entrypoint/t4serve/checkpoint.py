@@ -30,6 +30,7 @@ from t4serve.untrusted import (
     is_inside,
     load_json_file,
     loads_json,
+    open_regular,
     read_text_bounded,
 )
 
@@ -93,8 +94,9 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
     every entry's dtype known, its bytes dtype x shape, the tensors tiling the data region exactly (no overlap, no
     hole, nothing past the end), as the safetensors library itself requires."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        # Non-blocking and regular files only: a FIFO named *.safetensors must not hold the probe in open().
+        with open_regular(path, "the safetensors file") as f:
+            size = os.fstat(f.fileno()).st_size
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise CheckpointError(f"{path}: {size} bytes, too short for the 8-byte header length")
@@ -107,6 +109,8 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
             raw = f.read(length)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except Untrusted as exc:
+        raise CheckpointError(exc.reason) from None
     try:
         header = loads_json(raw, "header")
     except Untrusted as exc:

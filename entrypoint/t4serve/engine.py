@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 
 from t4serve.atomic import write_atomic
 from t4serve.errors import EngineError
+from t4serve.untrusted import Untrusted, check_host, check_path, loads_json, parse_int, printable
 
 SERVICE = "t4serve"
 API_PORT = 8000
@@ -91,7 +93,7 @@ def _cancel_requested() -> bool:
     return event is not None and event.is_set()
 
 
-def _stop_group(process: subprocess.Popen[str]) -> None:
+def _stop_group(process: subprocess.Popen[Any]) -> None:
     """SIGTERM to the client's process group (it and everything it started), SIGKILL after a grace."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -201,26 +203,125 @@ class Engine(Protocol):
 
 
 def find_compose(docker: str, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The compose client: T4SERVE_MCP_COMPOSE (shell words), else `docker compose` when the plugin answers, else
-    `docker-compose` on PATH."""
-    chosen = environ.get("T4SERVE_MCP_COMPOSE", "").split()
+    """The compose client: T4SERVE_MCP_COMPOSE (shell words), else `docker compose` when the plugin answers, else,
+    only for the default `docker` client whose answer says it has no compose command, `docker-compose` on PATH.
+
+    Never a silent fallback to another engine's client: when DOCKER names a client of its own (another engine, a
+    context wrapper) or the client cannot run or fails in any other way, the system docker-compose would manage the
+    default engine instead, so that is an EngineError naming the client and the fix."""
+    try:
+        chosen = shlex.split(environ.get("T4SERVE_MCP_COMPOSE", ""))
+    except ValueError as exc:
+        raise EngineError(
+            "T4SERVE_MCP_COMPOSE is not a shell-quoted command",
+            found=f"{printable(environ.get('T4SERVE_MCP_COMPOSE', '')[:200])}: {exc}",
+            required="the compose command, shell-quoted (e.g. docker compose, or /usr/bin/docker-compose)",
+            fix="set T4SERVE_MCP_COMPOSE='docker compose'",
+        ) from None
     if chosen:
         return tuple(chosen)
-    try:
-        plugin = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        plugin = None
-    if plugin is not None and plugin.returncode == 0:
+    done = _run_client([docker, "compose", "version"], QUICK_TIMEOUT_S, dict(environ), None)
+    if done.returncode == 0:
         return (docker, "compose")
+    answer = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1][:300]
+    plugin_missing = "is not a docker command" in answer or "unknown command" in answer.lower()
     standalone = shutil.which("docker-compose")
-    if standalone:
+    if plugin_missing and not environ.get("DOCKER") and standalone:
         return (standalone,)
+    configured = f"DOCKER={docker}" if environ.get("DOCKER") else f"`{docker}`"
     raise EngineError(
-        "no compose client found",
-        found=f"`{docker} compose` is not a command here and docker-compose is not on PATH",
-        required="Docker Compose v2 (`docker compose`) or docker-compose 1.29",
+        "no compose client for this Docker client",
+        found=f"`{docker} compose version` exited {done.returncode}: {printable(answer)}"
+        + ("" if standalone or environ.get("DOCKER") else "; docker-compose is not on PATH"),
+        required=f"the compose plugin of {configured} (Docker Compose v2), or T4SERVE_MCP_COMPOSE naming the compose "
+        "command for the same engine" + ("" if environ.get("DOCKER") else " (docker-compose 1.29 is used only with the "
+        "default docker client)"),
         fix="install the compose plugin (`sudo apt-get install docker-compose-plugin`), or set T4SERVE_MCP_COMPOSE to "
-        "the compose command",
+        "the compose command that talks to the same engine",
+    )
+
+
+# What one client call may print that is kept: logs are cut to their tail, JSON past this is refused.
+MAX_OUTPUT_BYTES = 16 << 20
+
+
+def _run_client(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd: Path | None,
+                merge: bool = False, on_stop: Callable[[], None] | None = None) -> Completed:
+    """Run a client in its own process group with its output in temporary files, keeping at most MAX_OUTPUT_BYTES of
+    each (the end), so a client that prints without end cannot fill this process's memory. A program that cannot run
+    (missing, a folder, not executable, not a program) is an EngineError naming it. A timeout or a cancellation
+    (`cancelled_by`) stops the group, then calls `on_stop` (cleanup of what the client had made the engine start):
+    a timeout is an EngineError, a cancellation `Cancelled`."""
+    name = argv[0]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            process = subprocess.Popen(list(argv), stdout=out, stderr=out if merge else err, env=dict(env), cwd=cwd,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        except FileNotFoundError:
+            raise EngineError(
+                f"cannot run {printable(name)}",
+                found=f"{printable(name)}: no such command",
+                required="the Docker client on PATH (or DOCKER naming it)",
+                fix="install Docker (docker.io or docker-ce) on this host",
+            ) from None
+        except OSError as exc:  # a folder, a file without the x bit, a file that is no program
+            raise EngineError(
+                f"cannot run {printable(name)}",
+                found=f"{printable(name)}: {exc.strerror or type(exc).__name__}"
+                + (" (a folder)" if os.path.isdir(name) else ""),
+                required="DOCKER (or PATH's docker) naming the Docker client program, executable by this user",
+                fix="set DOCKER to the docker client's path (`command -v docker`), or unset it",
+            ) from None
+        deadline = time.monotonic() + timeout
+        with process:
+            while True:
+                try:
+                    process.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                cancelled = _cancel_requested()
+                if cancelled or time.monotonic() >= deadline:
+                    _stop_group(process)
+                    if on_stop is not None:
+                        on_stop()
+                    if cancelled:
+                        raise Cancelled(f"`{printable(' '.join(argv[:3]))} ...` stopped: the request was cancelled")
+                    raise EngineError(
+                        f"`{printable(' '.join(argv[:3]))} ...` did not finish",
+                        found=f"no answer within {timeout:g} s (stopped)",
+                        required="an engine that answers",
+                        fix=ENGINE_FIX,
+                    )
+        return Completed(process.returncode, _tail_text(out), "" if merge else _tail_text(err))
+
+
+def _tail_text(handle: Any) -> str:
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - MAX_OUTPUT_BYTES))
+    return str(handle.read().decode("utf-8", errors="replace"))
+
+
+def client_json(text: str, what: str, argv: Sequence[str]) -> Any:
+    """What a client printed as JSON, read as untrusted (bounded depth, finite numbers): an EngineError naming the
+    command and the start of what it printed when it is not JSON."""
+    try:
+        return loads_json(text, "its output")
+    except Untrusted as exc:
+        raise EngineError(
+            f"{what}: the client did not answer with JSON",
+            found=f"`{printable(' '.join(argv[:4]))}` printed {printable(text.strip()[:200])!r}: {exc.reason}",
+            required="the Docker client's JSON output (`--format '{{json .}}'`)",
+            fix="check that DOCKER (or PATH's docker) is the Docker client, and run the command by hand",
+        ) from None
+
+
+def _shape_error(what: str, argv: Sequence[str], problem: str) -> EngineError:
+    return EngineError(
+        f"{what}: the client's answer is not of the shape Docker gives",
+        found=f"`{printable(' '.join(argv[:4]))}`: {problem}",
+        required="the Docker Engine's own JSON (docker info / docker inspect)",
+        fix="check that DOCKER (or PATH's docker) is the Docker client, and run the command by hand",
     )
 
 
@@ -237,7 +338,8 @@ class DockerCli:
         compose: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.compose_file = compose_file.resolve()
+        # realpath, not Path.resolve: a symlink loop at the path is a compose file to report missing, no RuntimeError.
+        self.compose_file = Path(os.path.realpath(compose_file))
         self.project = project
         self._image = image
         self.docker = docker
@@ -261,50 +363,11 @@ class DockerCli:
         merge: bool = False,
         on_stop: Callable[[], None] | None = None,
     ) -> Completed:
-        """Run a client in its own process group; `merge` puts stderr into stdout, in the order the client wrote
-        them. A timeout or a cancellation (`cancelled_by`) stops the group, then calls `on_stop` (cleanup of what
-        the client had made the engine start)."""
-        try:
-            process = subprocess.Popen(
-                list(argv),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                text=True,
-                errors="replace",
-                env=dict(env if env is not None else self.environ),
-                cwd=self.project_directory,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except FileNotFoundError:
-            raise EngineError(
-                f"cannot run {argv[0]}",
-                found=f"{argv[0]}: no such command",
-                required="the Docker client on PATH (or DOCKER naming it)",
-                fix="install Docker (docker.io or docker-ce) on this host",
-            ) from None
-        deadline = time.monotonic() + timeout
-        with process:
-            while True:
-                try:
-                    stdout, stderr = process.communicate(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                cancelled = _cancel_requested()
-                if cancelled or time.monotonic() >= deadline:
-                    _stop_group(process)
-                    if on_stop is not None:
-                        on_stop()
-                    if cancelled:
-                        raise Cancelled(f"`{' '.join(argv[:3])} ...` stopped: the request was cancelled")
-                    raise EngineError(
-                        f"`{' '.join(argv[:3])} ...` did not finish",
-                        found=f"no answer within {timeout:g} s (stopped)",
-                        required="an engine that answers",
-                        fix=ENGINE_FIX,
-                    )
-        return Completed(process.returncode, stdout, stderr or "")
+        """Run a client (`_run_client`); `merge` puts stderr into stdout, in the order the client wrote them. A timeout
+        or a cancellation (`cancelled_by`) stops its process group, then calls `on_stop` (cleanup of what the client
+        had made the engine start)."""
+        cwd = self.project_directory if self.project_directory.is_dir() else None
+        return _run_client(argv, timeout, env if env is not None else self.environ, cwd, merge, on_stop)
 
     def _checked(self, argv: Sequence[str], what: str, timeout: float, env: Mapping[str, str] | None = None) -> str:
         done = self._run(argv, timeout, env)
@@ -312,7 +375,7 @@ class DockerCli:
             block = error_block(done)
             raise EngineError(
                 f"{what} failed",
-                found=f"`{' '.join(argv[:4])} ...` exited {done.returncode}:\n{block}",
+                found=f"`{printable(' '.join(argv[:4]))} ...` exited {done.returncode}:\n{block}",
                 required="the Docker engine to accept the request",
                 fix=_fix_for(block),
             )
@@ -342,13 +405,33 @@ class DockerCli:
 
     # ----- engine and image
     def info(self) -> EngineInfo:
-        raw = json.loads(self._checked([self.docker, "info", "--format", "{{json .}}"], "docker info", QUICK_TIMEOUT_S))
+        argv = [self.docker, "info", "--format", "{{json .}}"]
+        raw = client_json(self._checked(argv, "docker info", QUICK_TIMEOUT_S), "docker info", argv)
+        if not isinstance(raw, dict):
+            raise _shape_error("docker info", argv, f"a JSON {type(raw).__name__}, not an object")
+        runtimes = raw.get("Runtimes") or {}
+        cdi = raw.get("CDISpecDirs") or []
+        text_fields = {k: raw.get(k) for k in ("ServerVersion", "DockerRootDir", "DefaultRuntime")}
+        problems = [f"{k} is {type(v).__name__}, not text" for k, v in text_fields.items()
+                    if v is not None and not isinstance(v, str)]  # fmt: skip
+        if not isinstance(runtimes, dict):
+            problems.append(f"Runtimes is {type(runtimes).__name__}, not an object of runtimes")
+        if not isinstance(cdi, list) or not all(isinstance(d, str) for d in cdi):
+            problems.append("CDISpecDirs is not a list of folders")
+        root = raw.get("DockerRootDir") or "/var/lib/docker"
+        if isinstance(root, str):
+            try:
+                check_path(root, "DockerRootDir")
+            except Untrusted as exc:
+                problems.append(exc.reason)
+        if problems:
+            raise _shape_error("docker info", argv, "; ".join(problems))
         return EngineInfo(
-            server_version=str(raw.get("ServerVersion") or "unknown"),
-            data_root=str(raw.get("DockerRootDir") or "/var/lib/docker"),
-            runtimes=sorted((raw.get("Runtimes") or {}).keys()),
-            default_runtime=str(raw.get("DefaultRuntime") or "runc"),
-            cdi_spec_dirs=list(raw.get("CDISpecDirs") or []),
+            server_version=printable(str(raw.get("ServerVersion") or "unknown"))[:100],
+            data_root=str(root),
+            runtimes=sorted(printable(str(k))[:100] for k in runtimes),
+            default_runtime=printable(str(raw.get("DefaultRuntime") or "runc"))[:100],
+            cdi_spec_dirs=list(cdi),
         )
 
     def image(self) -> ImageInfo | None:
@@ -357,8 +440,15 @@ class DockerCli:
             if "No such image" in done.stderr or "no such image" in done.stderr.lower():
                 return None
             self._checked([self.docker, "image", "inspect", self._image], "docker image inspect", QUICK_TIMEOUT_S)
-        raw: dict[str, Any] = json.loads(done.stdout)
-        return ImageInfo(self._image, str(raw.get("Id", "")), int(raw.get("Size") or 0), str(raw.get("Created", "")))
+        argv = [self.docker, "image", "inspect", self._image]
+        raw = client_json(done.stdout, "docker image inspect", argv)
+        if not isinstance(raw, dict):
+            raise _shape_error("docker image inspect", argv, f"a JSON {type(raw).__name__}, not an object")
+        size = raw.get("Size") or 0
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= 1 << 50:
+            raise _shape_error("docker image inspect", argv, f"Size is {str(size)[:40]!r}, not a count of bytes")
+        return ImageInfo(self._image, printable(str(raw.get("Id", "")))[:100], size,
+                         printable(str(raw.get("Created", "")))[:100])
 
     def read_image_file(self, path: str) -> str | None:
         done = self.run_in_image_entrypoint("cat", [path], QUICK_TIMEOUT_S)
@@ -395,17 +485,26 @@ class DockerCli:
         cancel = _CANCEL.get()
         finished = threading.Event()
         stopped: list[str] = []
-        with subprocess.Popen(
-            [str(script)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            env=env,
-            cwd=self.project_directory,
-            start_new_session=True,
-        ) as process:
+        try:
+            process = subprocess.Popen(
+                [str(script)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                env=env,
+                cwd=self.project_directory,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise EngineError(
+                "cannot build the image",
+                found=f"{script}: {exc.strerror or type(exc).__name__}",
+                required="scripts/build-image of the t4serve repository, runnable by this user",
+                fix="run scripts/build-image by hand to see why it does not start",
+            ) from None
+        with process:
             deadline = time.monotonic() + timeout
 
             def watch() -> None:
@@ -478,21 +577,29 @@ class DockerCli:
         first = next((line.strip() for line in ids.splitlines() if line.strip()), None)
         if first is None:
             return None
-        raw = json.loads(self._checked([self.docker, "inspect", first], "docker inspect", QUICK_TIMEOUT_S))
+        argv = [self.docker, "inspect", first]
+        raw = client_json(self._checked(argv, "docker inspect", QUICK_TIMEOUT_S), "docker inspect", argv)
         if not raw:
             return None
-        item = raw[0]
-        state = item.get("State") or {}
-        health = (state.get("Health") or {}).get("Status")
+        item = raw[0] if isinstance(raw, list) else None
+        state = (item.get("State") or {}) if isinstance(item, dict) else None
+        health = (state.get("Health") or {}) if isinstance(state, dict) else None
+        code = (state.get("ExitCode") or 0) if isinstance(state, dict) else None
+        config = (item.get("Config") or {}) if isinstance(item, dict) else None
+        restarts = (item.get("RestartCount") or 0) if isinstance(item, dict) else None
+        if not (isinstance(item, dict) and isinstance(state, dict) and isinstance(health, dict)
+                and isinstance(config, dict) and isinstance(code, int) and not isinstance(code, bool)
+                and isinstance(restarts, int) and not isinstance(restarts, bool)):
+            raise _shape_error("docker inspect", argv, "not a list holding one container with State and Config")
         return ServiceContainer(
-            id=str(item.get("Id", first))[:12],
-            name=str(item.get("Name", "")).lstrip("/"),
-            state=str(state.get("Status", "unknown")),
-            health=str(health) if health else None,
-            exit_code=int(state.get("ExitCode") or 0),
-            started_at=str(state.get("StartedAt", "")),
-            image=str((item.get("Config") or {}).get("Image", "")),
-            restart_count=int(item.get("RestartCount") or 0),
+            id=printable(str(item.get("Id", first)))[:12],
+            name=printable(str(item.get("Name", ""))).lstrip("/")[:200],
+            state=printable(str(state.get("Status", "unknown")))[:40],
+            health=printable(str(health.get("Status")))[:40] if health.get("Status") else None,
+            exit_code=code,
+            started_at=printable(str(state.get("StartedAt", "")))[:60],
+            image=printable(str(config.get("Image", "")))[:200],
+            restart_count=restarts,
         )
 
     def down(self, timeout: int) -> ServiceContainer | None:
@@ -522,9 +629,12 @@ class DockerCli:
         done = self._run([self.docker, "port", container, f"{port}/tcp"], QUICK_TIMEOUT_S)
         for line in done.stdout.splitlines():
             host, _, number = line.strip().rpartition(":")
-            if number.isdigit():
+            try:
+                port_number = parse_int(number, 1, 65535)
                 host = host.strip("[]")
-                return ("127.0.0.1" if host in ("0.0.0.0", "") else host, int(number))
+                return ("127.0.0.1" if host in ("0.0.0.0", "") else check_host(host), port_number)
+            except Untrusted:
+                continue
         return None
 
     def copy_out(self, container: str, source: str, destination: Path) -> None:

@@ -1,7 +1,9 @@
-"""Error classes, one per exit code, and the message shape every user-facing failure follows.
+"""Error classes, one per exit code, the one table of exit codes, and the message shape every failure follows.
 
 Every failure a user can meet says what failed, what was found, what is required, and what fixes it.
 Exit codes are fixed per class: usage/config 2, preflight 3, patch 4, Docker engine 5, benchmark 6, internal 70.
+EXIT_CODES is the table every command keeps to, in every output form (`--json` or text); README's copy is generated
+from it (`exit_codes_markdown`) and a unit test keeps them equal.
 """
 
 from __future__ import annotations
@@ -65,3 +67,32 @@ class InternalError(T4ServeError):
     """A bug in t4serve (exit 70)."""
 
     exit_code = 70
+
+
+# The one table of exit codes: (code, meaning, where it comes from).
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("0", "success", "every command; `healthcheck`: ready (with `--liveness`: alive)"),
+    ("1", "a verdict of failure that is no error of t4serve's",
+     "`healthcheck`: not ready or not alive, whatever the reason (Docker reads only 0 and 1); `bench`: some runs "
+     "failed (the folder holds the rest); `run-vllm`: vLLM exited"),
+    ("2", "bad configuration, usage or input file (`ConfigError`)",
+     "a setting, option or secret file; a facts file, a checkpoint `plan` or `roofline` cannot read, a state or "
+     "exit-request file `status` cannot read, a bench result folder; `T4SERVE_SIZE_AS` larger than the card; "
+     "`mcp --http` on an address it cannot listen on"),
+    ("3", "the machine cannot run the plan (`PreflightError`)",
+     "`preflight`, `host-check` or `serve` found a failed check; `serve` cannot write its state folder"),
+    ("4", "the Turing clamp not applied or not proven (`PatchError`)", "`patch apply`, `patch verify`"),
+    ("5", "the Docker engine or its client refused or failed a request (`EngineError`)",
+     "`host-check`, `mcp` (its tools answer the same found / required / fix as an error)"),
+    ("6", "`bench` measured nothing (`BenchError`)", "`bench`: no run of the sweep produced figures"),
+    ("70", "internal error: a bug in t4serve", "any command; the traceback is printed to report"),
+    ("128+N", "stopped by signal N", "`bench` (the runs finished before it are in the folder), `serve`"),
+    ("130", "aborted", "Ctrl-C at a prompt"),
+)
+
+
+def exit_codes_markdown() -> str:
+    """README's exit-code table, from EXIT_CODES."""
+    lines = ["| exit | meaning | from |", "|---|---|---|"]
+    lines += [f"| {code} | {meaning} | {where} |" for code, meaning, where in EXIT_CODES]
+    return "\n".join(lines) + "\n"

@@ -42,6 +42,8 @@ from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
 from t4serve.settings import Settings
 from t4serve.units import GIB, KIB, MIB, TIB
+from t4serve.untrusted import Untrusted, parse_float, read_text_bounded
+from t4serve.variables import MAX_SIZE_BYTES
 
 # The image's need on Docker's data root when it is not local yet: its measured size (preflight.IMAGE_BYTES) plus 5%
 # for the layers' extraction overhead.
@@ -53,6 +55,8 @@ TOOLKIT_FIX = (
 )
 DOCKER_SIZE_UNITS = {"": 1, "b": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
 DRIVER_FIX = "install the NVIDIA driver 580 or newer on the host (`nvidia-smi` then shows it)"
+# t4serve's compose.yaml is 5 KB; a file past this is not a compose file.
+MAX_COMPOSE_BYTES = 1 << 20
 
 
 def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
@@ -107,16 +111,23 @@ def host_facts(
 
 
 def compose_limits(compose_text: str) -> tuple[int | None, int | None, bool]:
-    """(shm_size, mem_limit, ipc host) of the service, read from compose.yaml's own lines."""
+    """(shm_size, mem_limit, ipc host) of the service, read from compose.yaml's own lines; Untrusted for a size that
+    is not one (`1.2.3gb`, a 400-digit number)."""
 
     def size(key: str) -> int | None:
         match = re.search(
-            rf"^\s+{key}:\s*['\"]?([0-9.]+)\s*([bkmgt]?)b?['\"]?\s*$", compose_text, re.MULTILINE | re.IGNORECASE
+            rf"^\s+{key}:\s*['\"]?([0-9.]+)\s*([bkmgt]?)b?['\"]?\s*$",
+            compose_text,
+            re.MULTILINE | re.IGNORECASE | re.ASCII,
         )
         if not match:
             return None
+        try:
+            number = parse_float(match.group(1), 0.0, float(MAX_SIZE_BYTES))
+        except Untrusted as exc:
+            raise Untrusted(f"the compose file's {key} {match.group(1)[:40]!r} {exc.reason}") from None
         # Docker's units are binary: 2gb is 2 GiB, 512m is 512 MiB.
-        return int(float(match.group(1)) * DOCKER_SIZE_UNITS[match.group(2).lower()])
+        return min(int(number * DOCKER_SIZE_UNITS[match.group(2).lower()]), MAX_SIZE_BYTES)
 
     ipc_host = re.search(r"^\s+ipc:\s*['\"]?host['\"]?\s*$", compose_text, re.MULTILINE) is not None
     return size("shm_size"), size("mem_limit"), ipc_host
@@ -261,19 +272,21 @@ def check_host(
     findings.append(check_toolkit(info, which))
     findings.append(check_docker_disk(facts, image, settings))
     try:
-        compose_text = compose_file.read_text(encoding="utf-8")
-    except OSError as exc:
+        # The shared bounded reader: a FIFO, /dev/zero or a huge file is refused at once, never waited on or read whole.
+        compose_text = read_text_bounded(compose_file, MAX_COMPOSE_BYTES, "the compose file")
+        shm, mem_limit, ipc_host = compose_limits(compose_text)
+    except (OSError, Untrusted) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else f"{compose_file}: {exc.strerror or exc}"
         findings.append(
             Finding(
                 "compose",
                 "fail",
-                f"{compose_file}: {exc.strerror or exc}",
-                "the t4serve compose.yaml",
+                reason,
+                f"the t4serve compose.yaml: a regular UTF-8 file of at most {MAX_COMPOSE_BYTES:,} bytes",
                 "pass --compose-file PATH to t4serve's compose.yaml",
             )
         )
         return findings
-    shm, mem_limit, ipc_host = compose_limits(compose_text)
     if mem_limit is not None:
         # compose's mem_limit becomes the container's cgroup limit: the load must fit inside it.
         facts = dataclasses.replace(facts, host=dataclasses.replace(facts.host, cgroup_memory_limit_bytes=mem_limit))

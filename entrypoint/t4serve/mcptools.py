@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import re
 import shutil
@@ -41,11 +40,20 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from t4serve import __version__
 from t4serve.deploylock import Holder, hold, lock_file
-from t4serve.engine import API_PORT, MANIFEST_PATH, Cancelled, Engine, Mount, ServiceContainer, cancelled_by
+from t4serve.engine import (
+    API_PORT,
+    MANIFEST_PATH,
+    Cancelled,
+    Engine,
+    Mount,
+    ServiceContainer,
+    cancelled_by,
+    client_json,
+)
 from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
 from t4serve.facts import Facts
 from t4serve.httpclient import HttpFailure, fetch, local_url
@@ -54,7 +62,7 @@ from t4serve.probes.gpu import Nvml
 from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
 from t4serve.settings import VARIABLES_BY_NAME, Settings
-from t4serve.untrusted import REDACTED
+from t4serve.untrusted import REDACTED, Untrusted, printable, read_text_bounded, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -66,6 +74,8 @@ MAX_PROMPT_CHARS = 32_000
 QUERY_TIMEOUT_S = 120.0
 VERIFY_TIMEOUT_S = 1200.0
 BENCH_TEXT_BYTES = 32 * 1024
+# A secret file holds one token; a larger file is not one (t4serve.secrets reads them with the same cap).
+SECRET_FILE_MAX_BYTES = 64 * 1024
 # start_vllm_server follows the start at most this long when asked to wait, well inside the 60 s many clients allow.
 MAX_WAIT_S = 50.0
 # start_vllm_server waits this long for the container to run and t4serve to write its state (seconds, usually).
@@ -305,6 +315,18 @@ def checks_fields(findings: Sequence[Finding]) -> dict[str, Any]:
     }
 
 
+# What a tool error may hold: the SDK sends it to the client and logs it, so an argument of megabytes quoted back in a
+# message must be cut (untrusted.shown cuts each quoted value; this bounds the whole).
+MAX_ERROR_CHARS = 4000
+
+
+def capped(message: str) -> str:
+    """A message as a tool error carries it: at most MAX_ERROR_CHARS, said where cut."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return message[:MAX_ERROR_CHARS] + f"... (cut: {len(message):,} characters in all)"
+
+
 def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """Errors as tool errors: t4serve's own with found / required / fix; anything else as a bug, one line. The result
     and the error text have every secret this process knows redacted, structured fields included."""
@@ -316,9 +338,9 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         try:
             result = await fn(*args, **kwargs)
         except ToolError as exc:
-            raise ToolError(redact(str(exc), secrets)) from None
+            raise ToolError(capped(redact(str(exc), secrets))) from None
         except T4ServeError as exc:
-            raise ToolError(redact(exc.message(), secrets)) from None
+            raise ToolError(capped(redact(exc.message(), secrets))) from None
         except Cancelled as exc:
             # Only reached when the engine stopped a client for a cancellation this call did not see itself.
             raise ToolError(f"{fn.__name__}: cancelled ({exc})") from None
@@ -328,7 +350,7 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise ToolError(
                 redact(
                     f"{fn.__name__} failed: internal error (a bug in t4serve; please report it with this line)\n"
-                    f"  found: {type(exc).__name__}: {exc}{where}",
+                    f"  found: {type(exc).__name__}: {shown(str(exc), 500)}{where}",
                     secrets,
                 )
             ) from None
@@ -345,8 +367,9 @@ def known_secrets(environ: Mapping[str, str], files: Sequence[Path] = ()) -> lis
     for path in [*(environ.get(name) for name in names), *map(str, files)]:
         if path:
             try:
-                values.append(Path(path).read_text(encoding="utf-8").strip())
-            except (OSError, UnicodeDecodeError):
+                # Bounded and non-blocking: a FIFO or /dev/zero named here must not hold or fill this process.
+                values.append(read_text_bounded(Path(path), SECRET_FILE_MAX_BYTES, "the secret file").strip())
+            except (OSError, Untrusted):
                 continue
     return [v for v in values if len(v) >= 8]
 
@@ -420,8 +443,8 @@ def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapp
             )
         if name not in VARIABLES_BY_NAME:
             raise ConfigError(
-                f"settings: {name} is not a t4serve setting",
-                found=name,
+                f"settings: {shown(name, 80)} is not a t4serve setting",
+                found=shown(name),
                 required="names from `t4serve env` (e.g. T4SERVE_MAX_MODEL_LEN, T4SERVE_DTYPE)",
                 fix="run `t4serve env` for the table",
             )
@@ -730,7 +753,7 @@ class Tools:
             size_bytes=image.size_bytes,
             build_exit_code=done.returncode,
             build_output=output,
-            manifest=json.loads(text),
+            manifest=client_json(text, "the image's build manifest", ["cat", MANIFEST_PATH]),
         )
 
     @guarded
@@ -994,7 +1017,8 @@ class Tools:
             api_url = self._api_url(container, API_PORT)
             text = f"the server has no state yet: {(done.stderr.strip() or 'no output').splitlines()[-1]}"
             return StatusOut(running=True, ready=False, api_url=api_url, text=text, **base, **empty)
-        state = from_dict(ServeState, json.loads(done.stdout), where="t4serve status --json")
+        state = from_dict(ServeState, client_json(done.stdout, "server_status", ["t4serve", "status", "--json"]),
+                          where="t4serve status --json")
         api_url = self._api_url(container, state.port)
         now = self.env.clock()
         figures = [
@@ -1247,8 +1271,16 @@ class Tools:
                 required="a run id from run_benchmark",
                 fix="call run_benchmark",
             )
-        data: dict[str, Any] = json.loads(done.stdout)
-        return data
+        seen = client_json(done.stdout, "benchmark_status", ["python3", "-c", "READ_BENCH"])
+        keys = {"running"} if mode == "running" else {"exit_code", "alive", "log", "report", "plots"}
+        if not isinstance(seen, dict) or not keys <= set(seen):
+            raise EngineError(
+                "benchmark_status: the container's answer is not a benchmark's state",
+                found=printable(done.stdout.strip()[:200]),
+                required=f"READ_BENCH's JSON: {', '.join(sorted(keys))}",
+                fix="check that the container runs this version of t4serve (rebuild the image)",
+            )
+        return seen
 
     @guarded
     async def benchmark_status(
@@ -1575,7 +1607,20 @@ def build_server(env: ToolEnv, read_only: bool = False, modes: Modes | None = No
         spec = TOOLS[name]
         server.add_tool(getattr(tools, name), name=name, title=spec.title, annotations=spec.annotations,
                         structured_output=True)  # fmt: skip
+    strict_arguments(server)
     return server
+
+
+def strict_arguments(server: MCPServer) -> None:
+    """Every tool's arguments taken as JSON gives them, without pydantic's lax coercion (it reads the string "1_0" as
+    the integer 10, true as 1 and "nan" as a float): an integer must be a JSON integer, a string a string, as
+    t4serve.untrusted takes numbers everywhere else. The published input schemas are unchanged (they already say so);
+    the SDK has no public hook for this, so its tool manager is reached here (pinned mcp>=2.3,<3; the hardening tests
+    fail if it moves)."""
+    for tool in server._tool_manager.list_tools():
+        lax = tool.fn_metadata.arg_model
+        config = ConfigDict(arbitrary_types_allowed=True, strict=True)
+        tool.fn_metadata.arg_model = type(lax.__name__, (lax,), {"model_config": config, "__module__": __name__})
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:

@@ -1,7 +1,11 @@
-"""The click glue of the settings table: one option per row on the commands that take settings.
+"""The click glue of the settings table: one option per row on the commands that take settings, and the number types
+of every other option.
 
 `@settings_options` adds the options (`--port`, each showing its environment variable in --help) and passes the
-parsed `settings=` to the command; a flag overrides its variable and both go through the same parser.
+parsed `settings=` to the command; a flag overrides its variable and both go through the same parser. `IntText` and
+`FloatText` are the click types of the other numeric options (`bench --repeats`, `roofline --context`, ...): the
+same parsers as the settings (t4serve.untrusted: ASCII decimal only), where click's own INT and FLOAT would take
+`1_0` as 10 and other scripts' digits as numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from t4serve.settings import VARIABLES, Settings
+from t4serve.untrusted import Untrusted, parse_float, parse_int
 from t4serve.variables import Variable, file_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,3 +63,37 @@ def _metavar(var: Variable) -> str:
     return {"model": "MODEL", "vllm_args": "FLAGS", "dtype": "DTYPE", "host": "ADDR", "telemetry_host": "ADDR"}.get(
         var.field, "PATH" if var.parse is file_path else "VALUE"
     )
+
+
+class IntText(click.ParamType[int]):
+    """An integer option in [lo, hi], parsed by t4serve.untrusted.parse_int (a bad value is click's usage error, 2)."""
+
+    name = "integer"
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and self.lo <= value <= self.hi:
+            return value  # a default given as a number
+        try:
+            return parse_int(str(value), self.lo, self.hi)
+        except Untrusted as exc:
+            self.fail(f"{str(value)[:40]!r} {exc.reason}", param, ctx)
+
+
+class FloatText(click.ParamType[float]):
+    """A finite decimal option in [lo, hi] (`lo_open`: above lo), parsed by t4serve.untrusted.parse_float."""
+
+    name = "number"
+
+    def __init__(self, lo: float, hi: float, *, lo_open: bool = False) -> None:
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            value = repr(float(value))
+        try:
+            return parse_float(str(value), self.lo, self.hi, lo_open=self.lo_open)
+        except Untrusted as exc:
+            self.fail(f"{str(value)[:40]!r} {exc.reason}", param, ctx)

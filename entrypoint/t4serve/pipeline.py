@@ -17,7 +17,9 @@ from t4serve.facts import Facts, GpuDevice, GpuFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 from t4serve.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
 from t4serve.preflight import Finding, run_checks
+from t4serve.serde import from_dict
 from t4serve.settings import Settings
+from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded
 
 # Each compile cache by role: the variable that moves it and its owner's default when unset. Measured one by one, so
 # caches left on the root filesystem are not mistaken for the roomy volume the image mounts at /cache.
@@ -26,6 +28,8 @@ COMPILE_CACHES = {
     "triton_cache": ("TRITON_CACHE_DIR", "~/.triton/cache"),
     "inductor_cache": ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"),
 }
+# A facts file holds one machine's probes and a checkpoint's config: tens of KB.
+MAX_FACTS_BYTES = 16 << 20
 
 
 def write_paths(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
@@ -78,32 +82,32 @@ def ensure_model(settings: Settings, facts: Facts) -> Facts:
 
 
 def load_facts(path: str | Path) -> Facts:
-    """Facts recorded by `t4serve probe --json`; a missing or malformed file is a ConfigError (exit 2)."""
+    """Facts recorded by `t4serve probe --json`; a missing, unreadable or malformed file is a ConfigError (exit 2).
+    Read as untrusted input: bounded and non-blocking (a FIFO or /dev/zero is refused), JSON of bounded depth."""
     file = Path(path)
+    required = "JSON written by `t4serve probe --json` of this t4serve version"
+    fix = "record one with `t4serve probe --json > facts.json`"
     try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
+        raw = read_bounded(file, MAX_FACTS_BYTES, "the facts file")
+    except (FileNotFoundError, Untrusted) as exc:
         raise ConfigError(
-            f"cannot read the facts file {file}",
-            found=f"{type(exc).__name__}: {exc.strerror or exc}",
-            required="a file written by `t4serve probe --json`",
-            fix="record one with `t4serve probe --json > facts.json`",
+            f"cannot read the facts file {printable(str(file))}",
+            found=exc.reason if isinstance(exc, Untrusted) else f"{file}: no such file",
+            required=f"a regular file of at most {MAX_FACTS_BYTES:,} bytes holding {required}",
+            fix=fix,
         ) from None
     try:
-        return Facts.from_json(text)
-    except ValueError as exc:
-        # json.JSONDecodeError, and serde's ConfigError for a wrong shape, are both ValueErrors or ConfigErrors.
-        raise ConfigError(
-            f"{file} is not a facts file",
-            found=str(exc).splitlines()[0],
-            required="JSON written by `t4serve probe --json` of this t4serve version",
-            fix="record it again with `t4serve probe --json > facts.json`",
-        ) from None
+        data = loads_json(raw, "the facts file")
+    except Untrusted as exc:
+        raise ConfigError(f"{printable(str(file))} is not a facts file", found=exc.reason, required=required,
+                          fix=fix) from None
+    try:
+        return from_dict(Facts, data)
     except ConfigError as exc:
         raise ConfigError(
-            f"{file} is not a facts file of this t4serve version",
+            f"{printable(str(file))} is not a facts file of this t4serve version",
             found=exc.what,
-            required="JSON written by `t4serve probe --json` of this t4serve version",
+            required=required,
             fix="record it again with `t4serve probe --json > facts.json`",
         ) from None
 

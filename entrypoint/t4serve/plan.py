@@ -17,7 +17,7 @@ from typing import Any
 from t4serve import apiguard
 from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
-from t4serve.errors import T4ServeError
+from t4serve.errors import ConfigError, T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
 from t4serve.patch.clamp import (
@@ -257,6 +257,15 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     utilization = settings.gpu_memory_utilization
     notes: list[str] = []
     env_extra: dict[str, str] = {}
+    if real is not None and card is not None and card.memory_bytes > real.memory_total_bytes:
+        # Sizing as a bigger card would ask vLLM for more than this one holds (--gpu-memory-utilization above 1).
+        raise ConfigError(
+            f"T4SERVE_SIZE_AS={card.key}: {card.name} is larger than the card present",
+            found=f"{card.name} ({format_bytes(card.memory_bytes)}) on {real.name} "
+            f"({format_bytes(real.memory_total_bytes)})",
+            required="a known card no larger than the one present: T4SERVE_SIZE_AS shrinks a card, it cannot grow one",
+            fix="unset T4SERVE_SIZE_AS, or name a card no larger than this one (e.g. t4)",
+        )
     if real is not None and card is not None:
         utilization = scaled_utilization(settings.gpu_memory_utilization, card.memory_bytes, real.memory_total_bytes)
         env_extra[SHARED_MEMORY_ENV] = str(card.shared_memory_per_block)

@@ -47,7 +47,7 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
                 return _convert(arg, data, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(f"{where}: value {data!r} matches none of {tp}", found="; ".join(errors))
+        raise ConfigError(f"{where}: value {_short(data)} matches none of {tp}", found="; ".join(errors)[:2000])
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected an object for {tp.__name__}, found {type(data).__name__}")
@@ -55,7 +55,7 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
         names = {f.name for f in dataclasses.fields(tp)}
         unknown = set(data) - names
         if unknown:
-            raise ConfigError(f"{where}: unknown keys {sorted(unknown)} for {tp.__name__}")
+            raise ConfigError(f"{where}: unknown keys {_short(sorted(unknown))} for {tp.__name__}")
         kwargs = {}
         for f in dataclasses.fields(tp):
             if f.name in data:
@@ -78,11 +78,17 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected an object, found {type(data).__name__}")
         _key_t, val_t = get_args(tp) or (Any, Any)
-        return {k: _convert(val_t, v, f"{where}.{k}") for k, v in data.items()}
+        return {k: _convert(val_t, v, f"{where}.{str(k)[:40]}") for k, v in data.items()}
     if tp is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     if isinstance(tp, type):
         if isinstance(data, tp) and not (tp is int and isinstance(data, bool)):
             return data
-        raise ConfigError(f"{where}: expected {tp.__name__}, found {data!r}")
+        raise ConfigError(f"{where}: expected {tp.__name__}, found {_short(data)}")
     return data
+
+
+def _short(value: Any) -> str:
+    """A value as an error may quote it: its repr, cut to 80 characters (a file may hold a megabyte in one field)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -10,7 +10,6 @@ pairs, the child environment, the client key) and t4serve.vllmflags (the `vllm s
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -45,6 +44,7 @@ from t4serve.vllmflags import (
     CONTROLLED_FLAGS,
     canonical_flag,
     names_flag,
+    redact_vllm_args,
     refused_value,
     secret_flag_inside,
     vllm_flag_conflict,
@@ -78,12 +78,9 @@ class ModelChoice:
 
 def _utilization(raw: str, ctx: Context) -> float:
     try:
-        value = float(raw.strip())
-    except ValueError:
+        return untrusted.parse_float(raw, 0.0, 1.0, lo_open=True)
+    except untrusted.Untrusted:
         raise Invalid("must be a number in (0, 1]", "0.9") from None
-    if not math.isfinite(value) or not 0 < value <= 1:
-        raise Invalid("must be a number in (0, 1]", "0.9")
-    return value
 
 
 KV_PROFILE = "profile"
@@ -252,7 +249,8 @@ VARIABLES: tuple[Variable, ...] = (
         "T4SERVE_COMPILE", "compile", "auto", "auto",
         "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
         "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
-        "cold torch.compile the next one down, remembered in T4SERVE_CACHE_DIR for later starts.",
+        "cold torch.compile the next one down, remembered in T4SERVE_CACHE_DIR for later starts. Compilation flags in "
+        "T4SERVE_VLLM_ARGS (`-O`, `--compilation-config`, `--enforce-eager`) need it unset or `auto`.",
         choice(compilation.MODES), "auto", "--compile",
     ),
     Variable(
@@ -262,8 +260,10 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
-        "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use; "
-        "`--attention-backend` passes through.",
+        "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use, and so are "
+        "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
+        "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); `--attention-backend` passes "
+        "through.",
         _vllm_args, "--enforce-eager", "--vllm-args",
     ),
     secrets.HF_TOKEN,
@@ -408,6 +408,21 @@ class Settings:
                     found=f"T4SERVE_PORT={values['port']}, T4SERVE_TELEMETRY_PORT={values['telemetry_port']}",
                     required="two different ports, or T4SERVE_TELEMETRY_PORT=0 to disable telemetry",
                     fix="set T4SERVE_TELEMETRY_PORT=9400",
+                )
+            )
+        if values["compile"] != compilation.AUTO and compilation.user_controls_compilation(values["vllm_args"]):
+            # Two settings choosing compilation: the flags used to win silently over T4SERVE_COMPILE=eager.
+            flags = [a for a in values["vllm_args"] if compilation.user_controls_compilation([a])]
+            errors.append(
+                ConfigError(
+                    f"T4SERVE_COMPILE={values['compile']} and compilation flags in T4SERVE_VLLM_ARGS both choose how "
+                    "vLLM compiles: set one",
+                    found=f"T4SERVE_COMPILE={values['compile']}, T4SERVE_VLLM_ARGS holds "
+                    f"{redact_vllm_args(shlex.join(flags))}",
+                    required="compilation chosen in one place: T4SERVE_COMPILE (full, lean, o1, eager, auto), or "
+                    "-O/--compilation-config/--enforce-eager in T4SERVE_VLLM_ARGS with T4SERVE_COMPILE unset (auto)",
+                    fix=f"unset T4SERVE_COMPILE, or remove {' '.join(f.split('=', 1)[0] for f in flags)} from "
+                    "T4SERVE_VLLM_ARGS",
                 )
             )
         if errors:

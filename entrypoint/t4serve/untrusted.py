@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 REDACTED = "<redacted>"
 
@@ -31,8 +31,12 @@ MAX_SECRET_CHARS = 4096
 # JSON files t4serve reads nest 6 levels at most (state.json: object > dict > object > list); real configs ~4.
 MAX_JSON_DEPTH = 32
 
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# ASCII digits only (Python's int() and float() also take other scripts' digits, such as Arabic-Indic, and underscores
+# between digits: "\u0663" would be 3 and "1_0" 10, which no person reading the value means).
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# A host label that a URL parser (WHATWG "ends in a number") or inet_aton reads as a number: decimal, or 0x hex.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*", re.ASCII)
 # C0 controls, DEL and C1 controls: a newline in a value would start a new line of supervisord.conf, a NUL ends an
 # exec'd string early (and makes exec fail), the rest corrupt what a terminal or a log shows.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -52,8 +56,9 @@ class Untrusted(ValueError):
 
 
 def parse_int(raw: str, lo: int, hi: int) -> int:
-    """An integer in [lo, hi] from text ("8", "16_384", " 30 "): digits only, at most MAX_INT_DIGITS of them."""
-    text = raw.strip().replace("_", "")
+    """An integer in [lo, hi] from text ("8", " 30 ", "-3"): ASCII decimal digits only (no underscores, no other
+    scripts' digits, no base prefix), at most MAX_INT_DIGITS of them. The one parser of an integer a person typed."""
+    text = raw.strip()
     if not _INT.fullmatch(text) or len(text.lstrip("+-")) > MAX_INT_DIGITS:
         raise Untrusted(f"must be an integer from {lo} to {hi}")
     value = int(text)
@@ -124,6 +129,17 @@ def printable(text: str) -> str:
     )
 
 
+# What a message quotes of one value: enough to recognise it, never a megabyte argument echoed back or logged.
+MAX_SHOWN_CHARS = 200
+
+
+def shown(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` as a message quotes it: `printable`, and cut to `limit` characters with how long it was."""
+    if len(text) > limit:
+        return printable(text[:limit]) + f"... ({len(text):,} characters in all)"
+    return printable(text)
+
+
 def check_path(value: str, what: str = "the path") -> str:
     """A path a file system accepts and supervisord.conf can hold: no control characters, each component at most
     255 bytes, the whole at most 4095."""
@@ -155,9 +171,11 @@ def is_inside(path: Path, root: Path) -> bool:
 
 
 def check_host(value: str) -> str:
-    """An IP address or a host name (RFC 1123 labels). A name that reads as a number (`1.5`, `nan`, `1e5`, a numeric
-    last label) is refused: resolvers read `1.5` as the IPv4 address 1.0.0.5, and `nan` is no host anyone means."""
+    """An IP address (dotted decimal IPv4, or IPv6) or a host name (RFC 1123 labels). A name that reads as a number
+    in any base is refused: resolvers (inet_aton) read `1.5` as 1.0.0.5 and `0x10` as 0.0.0.16, URL parsers read a
+    numeric or 0x last label as IPv4, and `nan` or `1e5` is no host anyone means. The one check of a host."""
     import ipaddress
+    import socket
 
     try:
         ipaddress.ip_address(value)
@@ -166,7 +184,12 @@ def check_host(value: str) -> str:
         pass
     if not _HOST_NAME.fullmatch(value):
         raise Untrusted("must be an IP address or a host name")
-    numeric = value.rsplit(".", 1)[-1].isdigit()
+    numeric = _NUMERIC_LABEL.fullmatch(value.rsplit(".", 1)[-1]) is not None
+    try:
+        socket.inet_aton(value)
+        numeric = True
+    except OSError:
+        pass
     try:
         float(value)
         numeric = True
@@ -260,9 +283,11 @@ def holds_secret_flag(token: str, is_secret_flag: Callable[[str], bool]) -> bool
 # Files and JSON
 
 
-def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
-    """A regular file's bytes, at most `max_bytes`. A FIFO, a device, a directory, a symlink loop or a file that
-    grows past the cap is refused instead of blocking or filling memory."""
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """`path` opened for reading, if it is a regular file: opened non-blocking, so a FIFO cannot hold the caller in
+    open(), then refused unless regular (a FIFO, a device such as /dev/zero, a directory, a socket), the path and
+    what it is named in the reason. A symlink loop or an unreadable file is refused too; a missing file raises
+    FileNotFoundError, which callers treat as absent. The one way t4serve opens a file it did not write just now."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
@@ -270,27 +295,59 @@ def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
     except OSError as exc:
         raise Untrusted(f"{what} {path} cannot be opened: {exc.strerror or type(exc).__name__}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise Untrusted(f"{what} {path} must be a regular file (it is {kind})")
-        if info.st_size > max_bytes:
-            raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it has {info.st_size:,})")
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it grew past that while read)")
-        return b"".join(chunks)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Untrusted(f"{what} {path} must be a regular file (it is {file_kind(mode)})")
     except OSError as exc:
-        raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
-    finally:
         os.close(fd)
+        raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not regular is, from its st_mode, as an error names it ("a FIFO")."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_bounded(path: Path, max_bytes: int, what: str) -> bytes:
+    """A regular file's bytes, at most `max_bytes` (`open_regular`, then a capped read). A FIFO, a device, a
+    directory, a symlink loop or a file that grows past the cap is refused instead of blocking or filling memory."""
+    with open_regular(path, what) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it has {size:,})")
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                chunk = handle.read(min(1 << 20, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > max_bytes:
+                    raise Untrusted(f"{what} {path} must be at most {max_bytes:,} bytes (it grew past that while read)")
+            return b"".join(chunks)
+        except OSError as exc:
+            raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+
+
+def read_tail_bounded(path: Path, max_bytes: int, what: str) -> bytes:
+    """The last `max_bytes` of a regular file (a log that may be large): `open_regular`, then a seek from the end."""
+    with open_regular(path, what) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - max_bytes))
+            return handle.read(max_bytes)
+        except OSError as exc:
+            raise Untrusted(f"{what} {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
 
 
 def read_text_bounded(path: Path, max_bytes: int, what: str) -> str:

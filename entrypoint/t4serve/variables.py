@@ -35,7 +35,8 @@ def switch_text(value: bool, default: str | None) -> str:
     """`value` in the words of the switch's default (1/0 where the default is not a switch word)."""
     on, off = SWITCH_WORDS.get((default or "").strip().lower(), ("1", "0"))
     return on if value else off
-_SIZE = re.compile(r"^\s*(\d{1,19}(?:\.\d{1,19})?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+# ASCII digits only, as every number t4serve reads (t4serve.untrusted): `\d` alone would take other scripts' digits.
+_SIZE = re.compile(r"^\s*([0-9]{1,19}(?:\.[0-9]{1,19})?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE | re.ASCII)
 # No GPU holds a pebibyte: a larger size is a typo, and would overflow the float arithmetic of sizing.
 MAX_SIZE_BYTES = 2**50
 _SIZE_UNITS = {
@@ -203,7 +204,7 @@ def setting_error(
             fix = fix.replace(secret, REDACTED) if fix is not None else None
     if shown is None:
         text = redact_vllm_args(raw) if var.field == "vllm_args" else raw
-        shown = REDACTED if var.secret else untrusted.printable(text)
+        shown = REDACTED if var.secret else untrusted.shown(text)
     given_as = label or var.option
     where = f" (from {given_as})" if origin == "flag" and given_as else ""
     if fix is None and origin == "flag" and label:

@@ -1,9 +1,10 @@
 """The vLLM flag policy: the `vllm serve` flags t4serve owns, those it refuses, and how a flag is recognised.
 
 T4SERVE_VLLM_ARGS passes extra flags to vLLM; a flag that repeats one t4serve sets (CONTROLLED_FLAGS), one it fixes
-(FIXED_FLAGS), a refused value (REFUSED_FLAG_VALUES) or a secret (SECRET_FLAGS) is refused with the variable to use
-instead. vLLM's parser accepts `--flag=value`, underscores for dashes and unambiguous abbreviations; so do these
-checks. Pure: strings in, reasons out.
+(FIXED_FLAGS), one that breaks its supervision or changes what it sized (SUPERVISION_FLAGS), a refused value
+(REFUSED_FLAG_VALUES) or a secret (SECRET_FLAGS) is refused with the variable to use instead. vLLM's parser accepts
+`--flag=value`, underscores for dashes and unambiguous abbreviations; so do these checks. Pure: strings in, reasons
+out.
 """
 
 from __future__ import annotations
@@ -49,6 +50,30 @@ FIXED_FLAGS: dict[str, str] = {
     "--num-gpu-blocks-override": "t4serve sizes the KV cache itself; use T4SERVE_KV_CACHE_MEMORY_BYTES instead",
     # A YAML config can set any flag above where no check sees it.
     "--config": "a YAML config could set t4serve's flags unseen; put the flags themselves in T4SERVE_VLLM_ARGS",
+}
+
+# Flags that take away what t4serve's supervision talks to, or change which checkpoint vLLM loads after t4serve sized
+# another: refused with what owns that choice. The healthcheck, the canary and the wrapper's health poll speak plain
+# HTTP to T4SERVE_HOST:T4SERVE_PORT, and the plan sized the config.json t4serve probed.
+SUPERVISION_FLAGS: dict[str, str] = {
+    "--headless": "t4serve serves the API server itself (--headless starts none, so the healthcheck and canary talk "
+    "to nothing); serve one GPU per container",
+    "--uds": "the healthcheck and canary reach the server at T4SERVE_HOST:T4SERVE_PORT (--uds ignores both); set "
+    "those instead",
+    "--grpc": "the healthcheck and canary speak vLLM's HTTP API on T4SERVE_PORT (--grpc serves gRPC there instead)",
+    "--ssl-keyfile": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it (a "
+    "reverse proxy or the Kubernetes ingress)",
+    "--ssl-certfile": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it",
+    "--ssl-ca-certs": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it",
+    "--ssl-cert-reqs": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it",
+    "--ssl-ciphers": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it",
+    "--enable-ssl-refresh": "the healthcheck and canary speak plain HTTP to the server; terminate TLS in front of it",
+    "--revision": "t4serve sized the checkpoint T4SERVE_MODEL names as it probed it; download that revision into a "
+    "folder (`hf download REPO --revision REV --local-dir ./m`) and set T4SERVE_MODEL=./m",
+    "--hf-overrides": "t4serve sized the config.json it probed (overrides change layers, heads or context); put the "
+    "edited config.json in a checkpoint folder and set T4SERVE_MODEL to it",
+    "--hf-config-path": "t4serve sized the config.json it probed, not another one; put that config.json in a "
+    "checkpoint folder and set T4SERVE_MODEL to it",
 }
 
 # Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
@@ -162,6 +187,11 @@ def vllm_flag_conflict(arg: str) -> str | None:
     for flag, why in FIXED_FLAGS.items():
         if flag.startswith("--") and names_flag(name, flag):
             return f"must not contain {name}: {why}"
+    # A dict flag also takes one key at a time (`--hf-overrides.text_config.num_hidden_layers 2`): its base counts.
+    base = name.partition(".")[0]
+    for flag, why in SUPERVISION_FLAGS.items():
+        if names_flag(base, flag):
+            return f"must not contain {base}: {why}"
     return None
 
 

@@ -253,3 +253,48 @@ def test_api_key_from_a_secret_file_guards_v1_and_shows_nowhere(docker_bin: str,
     inspect = subprocess.run([docker_bin, "inspect", name], capture_output=True, text=True).stdout
     assert "/run/secrets/api_key" in inspect and API_KEY not in inspect
     assert API_KEY not in logs(docker_bin, name)
+
+
+# Issue 21: the compile ladder's files in the cache volume are untrusted. A record of the wrong shape and a FIFO where
+# the lock belongs, in the real image under supervisord: the server still gets ready, the failure to record is said,
+# and `docker stop` ends the container promptly (a FIFO lock once blocked the wrapper in open(), deaf to SIGTERM).
+
+
+def _hostile_cache(tmp_path: Any) -> str:
+    cache = tmp_path / "cache-t4serve"
+    cache.mkdir()
+    cache.chmod(0o777)  # the image's user (uid 1000) renames and writes here
+    (cache / "compile-ladder.json").write_text(json.dumps({"k": {"rung": "lean", "failed": 5}}))
+    for lock in ("compile-ladder.lock", "start-history.lock"):
+        os.mkfifo(cache / lock)
+        (cache / lock).chmod(0o666)  # mkfifo's mode passes through the umask
+    return str(cache)
+
+
+def test_a_hostile_compile_record_and_lock_neither_stop_the_server_nor_its_stop(
+    docker_bin: str, start: Start, tmp_path: Any
+) -> None:
+    cache = _hostile_cache(tmp_path)
+    name = start({}, "-v", f"{cache}:/cache/t4serve")
+    ready = wait_phase(docker_bin, name, {"ready", "failed"})
+    text = logs(docker_bin, name)
+    assert ready["phase"] == "ready", text[-3000:]
+    assert "compile record unusable" in text and "compile-ladder.lock must be a regular file (it is a FIFO)" in text
+    began = time.monotonic()
+    subprocess.run([docker_bin, "stop", "-t", "60", name], capture_output=True, timeout=90, check=True)
+    took = time.monotonic() - began
+    print(f"\ndocker stop with a FIFO lock in the cache volume took {took:.1f} s")
+    assert took < 30, logs(docker_bin, name)[-3000:]
+
+
+def test_a_compile_oom_that_cannot_be_recorded_says_so_in_the_state(
+    docker_bin: str, start: Start, tmp_path: Any
+) -> None:
+    cache = _hostile_cache(tmp_path)
+    name = start({"T4SERVE_STANDIN_COMPILE_OOM_WITHOUT": "--enforce-eager", "T4SERVE_MAX_RESTARTS": "0"},
+                 "-v", f"{cache}:/cache/t4serve")  # fmt: skip
+    code = wait_exit(docker_bin, name, timeout=180)
+    text = logs(docker_bin, name)
+    assert code != 0, text[-3000:]
+    assert "could not record compile rung lean" in text and "T4SERVE_COMPILE=lean" in text, text[-3000:]
+    assert "Traceback (most recent call last)" not in text.split("[vllm]")[0]

@@ -1,5 +1,6 @@
 """Helpers of the hardening tests: run the CLI in-process on a given environment, find tracebacks and leaked
-sentinel secrets in what it printed and wrote, count inputs per area, and a scripted misbehaving HTTP server.
+sentinel secrets in what it printed and wrote, count inputs per area, a scripted misbehaving HTTP server, files that
+are not what they claim (`hostile_file`), and `t4serve mcp` over stdio as an assistant starts it (`StdioServer`).
 
 `Tally` stands in for nothing: it is the record the session-finish summary (tests/unit/conftest.py) prints.
 `MisbehavingServer` stands in for a vLLM server gone wrong (or a hostile one on the port): per path it trickles bytes,
@@ -12,7 +13,10 @@ import contextlib
 import io
 import json
 import os
+import queue
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,6 +26,8 @@ from pathlib import Path
 from unittest import mock
 
 from t4serve.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Never a real secret: a string that must not appear in any output or file.
 SENTINEL = "sk-SENTINEL-4b1d9e77"
@@ -303,3 +309,80 @@ def misbehaving_server() -> Iterator[MisbehavingServer]:
         yield server
     finally:
         server.close()
+
+
+# Files that are not what they claim, and `t4serve mcp` over stdio
+
+
+HOSTILE_FILES = ("fifo", "dev-zero", "directory", "sparse-1g", "not-utf8", "loop")
+
+
+def hostile_file(path: Path, kind: str) -> Path:
+    """`path` made into a file that is not what it claims to be."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "sparse-1g":
+        with path.open("wb") as handle:
+            handle.truncate(1 << 30)
+    elif kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe\x00token\x80")
+    elif kind == "loop":
+        path.symlink_to(path)
+    return path
+
+
+TOKEN = "mcp-test-token-0123456789abcdef"
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+              "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
+
+
+def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """`t4serve mcp` kept off any engine: DOCKER and compose name programs that do not exist."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
+            "DOCKER": str(tmp_path / "no-docker-here"), "T4SERVE_MCP_COMPOSE": str(tmp_path / "no-compose-here"),
+            "T4SERVE_MCP_DATA_DIR": str(tmp_path / "data"), **extra}  # fmt: skip
+
+
+class StdioServer:
+    """`python -m t4serve mcp` as an assistant starts it, spoken to line by line; its answers collected by a thread
+    (a select() on the pipe misses a line already read into the reader's buffer), stderr kept in a file."""
+
+    def __init__(self, tmp_path: Path, compose_file: Path = REPO / "compose.yaml", **extra_env: str) -> None:
+        self.err_path = tmp_path / "mcp-stderr.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "t4serve", "mcp", "--compose-file", str(compose_file)],
+            env=mcp_env(tmp_path, **extra_env), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err_path.open("wb"),
+        )  # fmt: skip
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._collect, daemon=True).start()
+        self.send(json.dumps(INITIALIZE).encode())
+        assert b'"serverInfo"' in self.answer(30)
+        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.answers.put(line)
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 10.0) -> bytes:
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer from t4serve mcp within {timeout:g} s") from None
+
+    def close(self) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=20)
+        return self.err_path.read_text(errors="replace")

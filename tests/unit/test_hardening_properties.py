@@ -1,15 +1,23 @@
 """Property-based hardening suite (Hypothesis): whatever a user, a checkpoint, a state file or a server gives t4serve,
 no traceback, only the exit codes each command promises, no sentinel secret in any output or written file, and every
-healthcheck within its deadline. Examples are derandomized, so every run tries the same inputs and the figures the
-session summary prints (inputs per area, tracebacks, leaks, late checks) are reproducible.
+healthcheck within its deadline. Since issue 21 also: MCP JSON-RPC over stdio and HTTP, host-check with hostile
+clients and files, the compile ladder's record and lock with the state files, and bench result folders. Examples are
+derandomized, so every run tries the same inputs and the figures the session summary prints (inputs per area,
+tracebacks, leaks, late checks) are reproducible.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import io
 import itertools
 import json
 import os
+import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,14 +28,21 @@ from unittest import mock
 import pytest
 from e2b_checkpoint import e2b_config, write_checkpoint
 from hardening import (
+    HOSTILE_FILES,
+    INITIALIZE,
+    REPO,
     SCRIPT_KINDS,
     SENTINEL,
     SENTINEL_TOKEN,
+    TOKEN,
     MisbehavingServer,
     Outcome,
     Script,
+    StdioServer,
     base_environ,
     files_text,
+    hostile_file,
+    mcp_env,
     misbehaving_server,
     ready_state,
     record,
@@ -37,8 +52,10 @@ from hardening import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from t4serve.atomic import LockError
 from t4serve.checkpoint import DTYPE_BITS, TEXT_INTS, probe_model
 from t4serve.commands import serve
+from t4serve.mcptools import TOOL_ANNOTATIONS
 from t4serve.settings import VARIABLES
 from t4serve.variables import Variable
 
@@ -61,6 +78,8 @@ NASTY_VALUES = [
     "auto", "profile", "/" + "a" * 300, "/tmp/x\n[program:evil]\ncommand=/bin/sh", "a\rb", "\x01", "\x7f", "\x9b",
     "\udcff\udcfe", "héllo", "/etc/passwd", "../../..", "~", "~/x", "--api-key", "-sk-lookalike",
     "1.0.0.5", "user:pw@host", "%(here)s", "2.5GiB", "1.5B", "16384", "1 PiB", "qat", "a/b", "./x",
+    # Issue 21: numbers in other scripts and bases, underscores, numeric host names.
+    "\u0663", "\u0662.\u0665GiB", "\uff18", "1_0", "0x7f000001", "017.1", "0.9_0", "\u0660.\u0669", "gpu.0x1f",
 ]  # fmt: skip
 env_text = st.one_of(
     st.sampled_from(NASTY_VALUES),
@@ -318,3 +337,359 @@ def test_healthcheck_against_a_misbehaving_server(
         outcome = run_cli(["healthcheck", "--liveness", "--timeout", str(timeout)], env)
         record("healthcheck vs server", outcome, {0, 1}, seconds=time.monotonic() - began, deadline=timeout,
                label=f"--liveness: /health {health}, timeout {timeout}")  # fmt: skip
+
+
+# ----- issue 21: the newer doors ------------------------------------------------------------------------------------
+# MCP JSON-RPC over stdio and HTTP, host-check with hostile clients and files, the compile ladder's record and lock
+# with the state files, bench result folders. The promises are the same: no traceback (nor an MCP "internal error"),
+# the documented exit code or JSON-RPC answer within its deadline, no sentinel secret in any answer.
+
+TOOL_NAMES = sorted(TOOL_ANNOTATIONS)
+PARAMETER_NAMES = ["model", "settings", "gpu", "tail", "since", "timeout_s", "prompt", "messages", "max_tokens",
+                   "temperature", "inputs", "concurrency", "repeats", "output_len", "num_prompts", "run_id",
+                   "publish_port", "wait_s", "skip_interpreter"]  # fmt: skip
+HUGE = "x" * (1 << 20)
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+argument_values = st.one_of(
+    json_values, st.sampled_from(["1_0", "\u0663", "0x10", "nan", "-1", HUGE, "", "\x00", "qat", "../../etc",
+                                  "T4SERVE_API_KEY", "--headless", 10**30, -(10**30), 1e308, True, [], {}]),
+)  # fmt: skip
+
+
+@st.composite
+def mcp_lines(draw: st.DrawFn, request_id: str) -> tuple[bytes, bool]:
+    """One stdio line of a hostile client, and whether it is a well-formed request that must be answered by id."""
+    kind = draw(st.sampled_from(["tool", "tool", "tool", "method", "json", "bytes", "deep", "huge", "lax"]))
+    if kind in ("tool", "lax"):
+        name = draw(st.sampled_from([*TOOL_NAMES, "nope", "", "x" * 5000]))
+        if kind == "tool":
+            arguments: Any = draw(st.dictionaries(st.sampled_from([*PARAMETER_NAMES, "", "zz"]), argument_values,
+                                                  max_size=4) | json_values)  # fmt: skip
+        else:
+            arguments = {draw(st.sampled_from(PARAMETER_NAMES)): draw(st.sampled_from(["1_0", True, 5.0, "3"]))}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name,
+                                                                                         "arguments": arguments}}
+        return json.dumps(body).encode(), True
+    if kind == "method":
+        body = {"jsonrpc": draw(st.sampled_from(["2.0", "1.0", 2])), "id": request_id,
+                "method": draw(st.sampled_from(["tools/list", "ping", "resources/read", "nope", "", "initialize"])),
+                "params": draw(json_values)}  # fmt: skip
+        return json.dumps(body).encode(), False
+    if kind == "json":
+        return json.dumps(draw(json_values)).encode(), False
+    if kind == "bytes":
+        return draw(st.binary(max_size=200)).replace(b"\n", b" "), False
+    if kind == "deep":
+        depth = draw(st.sampled_from([65, 300, 5000, 100000]))
+        return (f'{{"jsonrpc":"2.0","id":"{request_id}","method":"tools/call","params":{{"name":"plan",'
+                f'"arguments":{{"settings":{_nested(depth)}}}}}}}').encode(), False
+    return b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","method":"ping","params":{"x":"' + \
+        b"y" * draw(st.sampled_from([5 << 20, 9 << 20])) + b'"}}', False
+
+
+@pytest.fixture(scope="module")
+def mcp_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StdioServer]:
+    # compose.yaml without the repository around it: apply_turing_patch finds no scripts/build-image to run.
+    folder = tmp_path_factory.mktemp("mcp-stdio")
+    (folder / "project").mkdir()
+    (folder / "project" / "compose.yaml").write_text((REPO / "compose.yaml").read_text())
+    server = StdioServer(folder, folder / "project" / "compose.yaml", T4SERVE_API_KEY=SENTINEL,
+                         HF_TOKEN=SENTINEL_TOKEN)  # fmt: skip
+    yield server
+    if server.proc.poll() is None:
+        server.close()
+
+
+def _answered(lines: list[bytes], label: str, area: str, seconds: float, deadline: float, alive: bool) -> None:
+    problems = []
+    for line in lines:
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            problems.append(f"not JSON: {line[:100]!r}")
+            continue
+        text = json.dumps(answer)
+        if "internal error" in text or "Traceback" in text:
+            problems.append(f"internal error: {text[:300]}")
+        if len(line) > 256 * 1024:
+            problems.append(f"an answer of {len(line):,} bytes")
+    code = 0 if alive and not problems else 70
+    record(area, Outcome(code, "\n".join(problems), ""), {0}, secrets=SECRETS,
+           written=b"".join(lines).decode("utf-8", "replace"), seconds=seconds, deadline=deadline, label=label)
+
+
+@_settings(200)
+@given(data=st.data())
+def test_mcp_stdio_answers_whatever_a_client_sends(mcp_stdio: StdioServer, data: st.DataObject) -> None:
+    n = next(_counter)
+    line, must_answer = data.draw(mcp_lines(f"h-{n}"))
+    tried("MCP stdio")
+    began = time.monotonic()
+    mcp_stdio.send(line)
+    mcp_stdio.send(json.dumps({"jsonrpc": "2.0", "id": f"ping-{n}", "method": "ping"}).encode())
+    lines: list[bytes] = []
+    waiting = {f"ping-{n}", *([f"h-{n}"] if must_answer else [])}
+    deadline = 10.0
+    while waiting and time.monotonic() - began < deadline:
+        try:
+            got = mcp_stdio.answer(max(0.1, deadline - (time.monotonic() - began)))
+        except AssertionError:
+            break
+        lines.append(got)
+        with contextlib.suppress(ValueError, AttributeError):
+            waiting.discard(json.loads(got).get("id"))
+    took = time.monotonic() - began if not waiting else deadline + 10
+    _answered(lines, f"stdio {line[:80]!r}", "MCP stdio", took, deadline, mcp_stdio.proc.poll() is None)
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def mcp_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+    folder = tmp_path_factory.mktemp("mcp-http")
+    (folder / "project").mkdir()
+    (folder / "project" / "compose.yaml").write_text((REPO / "compose.yaml").read_text())
+    (folder / "token").write_text(TOKEN + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "t4serve", "mcp", "--http", f"127.0.0.1:{port}",
+         "--compose-file", str(folder / "project" / "compose.yaml")],
+        env=mcp_env(folder, T4SERVE_MCP_TOKEN_FILE=str(folder / "token"), T4SERVE_API_KEY=SENTINEL,
+                    HF_TOKEN=SENTINEL_TOKEN), cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    status, headers, _ = _http_post(port, json.dumps(INITIALIZE).encode(), {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200
+    session = headers.get("mcp-session-id", "")
+    _http_post(port, b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+               {"Authorization": f"Bearer {TOKEN}", "mcp-session-id": session})
+    yield port, session
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _http_post(port: int, body: bytes, extra: dict[str, str] | list[tuple[str, str]],
+               timeout: float = 20.0) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.putrequest("POST", "/mcp", skip_accept_encoding=True)
+        headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
+                   ("Content-Length", str(len(body)))]  # fmt: skip
+        for name, value in [*headers, *(extra.items() if isinstance(extra, dict) else extra)]:
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read(1 << 20)
+    finally:
+        conn.close()
+
+
+HTTP_STATUSES = {200, 202, 400, 401, 404, 405, 406, 413, 415, 421, 403}
+
+
+@_settings(150)
+@given(data=st.data(), auth=st.sampled_from(["good", "good", "good", "none", "wrong", "two", "lowercase", "huge"]))
+def test_mcp_http_answers_whatever_a_client_sends(mcp_http: tuple[int, str], data: st.DataObject, auth: str) -> None:
+    port, session = mcp_http
+    n = next(_counter)
+    body, _must = data.draw(mcp_lines(f"h-{n}"))
+    tried("MCP HTTP")
+    headers: list[tuple[str, str]] = [("mcp-session-id", session)]
+    good = f"Bearer {TOKEN}"
+    headers += {"good": [("Authorization", good)], "none": [], "wrong": [("Authorization", "Bearer nope-0123")],
+                "two": [("Authorization", "Bearer nope-0123"), ("Authorization", good)],
+                "lowercase": [("authorization", good)], "huge": [("Authorization", "Bearer " + "x" * 60000)]}[auth]
+    began = time.monotonic()
+    try:
+        status, _headers, answer = _http_post(port, body, headers)
+    except (ConnectionError, http.client.HTTPException) as exc:
+        # Only a body past the 4 MiB cap may be cut off mid-send (the server answers 413 and closes).
+        status, answer = (413, b"") if len(body) > (4 << 20) else (-1, repr(exc).encode())
+    took = time.monotonic() - began
+    alive = _http_post(port, json.dumps({"jsonrpc": "2.0", "id": "alive", "method": "ping"}).encode(),
+                       [("mcp-session-id", session), ("Authorization", good)])[0] == 200  # fmt: skip
+    lines = [ln[5:].strip() for ln in answer.splitlines() if ln.startswith(b"data:")] or \
+            ([answer] if answer.startswith(b"{") else [])
+    _answered(lines, f"HTTP {auth} {body[:60]!r}", "MCP HTTP", took, 15.0, alive and status in HTTP_STATUSES)
+    if auth in ("none", "wrong", "two", "huge"):
+        assert status in (401, 413, 431) or status >= 400
+
+
+# host-check with hostile clients and files
+
+DOCKER_ANSWERS = st.one_of(
+    st.just(json.dumps({"ServerVersion": "27.3.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}}})),
+    st.builds(json.dumps, json_values), st.text(max_size=200),
+    st.sampled_from(["[" * 50000 + "]" * 50000, '{"Runtimes": NaN}', "\x00\xff", "{}", "null",
+                     json.dumps({"DockerRootDir": "/x\n[evil]", "Runtimes": {"a\nb": {}}})]),
+    st.builds(lambda d: json.dumps({"ServerVersion": "1", "DockerRootDir": "/var/lib/docker", **d}),
+              st.dictionaries(st.sampled_from(["Runtimes", "DockerRootDir", "DefaultRuntime", "CDISpecDirs",
+                                               "ServerVersion"]), json_values, max_size=3)),
+)  # fmt: skip
+COMPOSE_TEXTS = st.one_of(
+    st.just(None), st.text(max_size=300),
+    st.sampled_from(["services:\n  t4serve:\n    shm_size: 1.2.3gb\n", "    shm_size: " + "9" * 400 + "\n",
+                     "    mem_limit: 0.0000001k\n", "    shm_size: '\u0662gb'\n",
+                     "    ipc: host\n    shm_size: 1e9\n"]),
+)  # fmt: skip
+
+
+@_settings(80)
+@given(info=DOCKER_ANSWERS, inspect=DOCKER_ANSWERS, info_code=st.sampled_from([0, 0, 0, 1, 127]),
+       inspect_code=st.sampled_from([0, 1]), compose=COMPOSE_TEXTS,
+       compose_kind=st.sampled_from(["text", "text", "text", *HOSTILE_FILES]))  # fmt: skip
+def test_host_check_with_any_client_and_compose_file(
+    info: str, inspect: str, info_code: int, inspect_code: int, compose: str | None, compose_kind: str
+) -> None:
+    from test_engine import make_clients
+
+    tried("host-check")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        docker, _ = make_clients(tmp / "bin", {"info": [info_code, info, "engine says no\n"],
+                                               "image inspect": [inspect_code, inspect, "No such image\n"]})
+        compose_file = tmp / "compose.yaml"
+        if compose_kind == "text":
+            compose_file.write_text(compose if compose is not None else (REPO / "compose.yaml").read_text())
+        else:
+            hostile_file(compose_file, compose_kind)
+        env = {**base_environ(tmp), "DOCKER": str(docker), "T4SERVE_API_KEY": SENTINEL}
+        for json_form in ([], ["--json"]):
+            began = time.monotonic()
+            outcome = run_cli(["host-check", *json_form, "--compose-file", str(compose_file)], env)
+            # A folder given to --compose-file is click's usage error (2); any other file is read, refused or not.
+            allowed = {2} if compose_kind == "directory" else {3, 5}
+            record("host-check", outcome, allowed, seconds=time.monotonic() - began, deadline=30.0,
+                   label=f"info {info[:60]!r} ({info_code}), inspect {inspect[:40]!r}, compose {compose_kind}")
+
+
+# The compile ladder's record and lock, the start history and the state files, as the vLLM wrapper meets them at start
+# and when it records an outcome.
+
+CACHE_FILE = st.one_of(
+    st.just(None), st.builds(json.dumps, json_values), st.binary(max_size=100),
+    st.sampled_from(HOSTILE_FILES),
+    st.builds(lambda k, e: json.dumps({k: e}), st.text(max_size=20),
+              st.fixed_dictionaries({}, optional={"rung": argument_values, "failed": argument_values,
+                                                  "model": argument_values, "gpu": argument_values})),
+    st.builds(lambda records: json.dumps(records), st.lists(st.fixed_dictionaries(
+        {"model": st.text(max_size=5), "gpu_name": st.none() | st.text(max_size=5),
+         "finished_at": argument_values, "total_seconds": argument_values, "phases": argument_values}), max_size=3)),
+)  # fmt: skip
+
+
+def _place(path: Path, content: str | bytes | None) -> None:
+    if content is None:
+        return
+    if isinstance(content, str) and content in HOSTILE_FILES:
+        hostile_file(path, content)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+@_settings(200)
+@given(record_file=CACHE_FILE, history_file=CACHE_FILE, lock=st.sampled_from([None, *HOSTILE_FILES]),
+       history_lock=st.sampled_from([None, "fifo", "directory"]), state=CACHE_FILE, exit_request=CACHE_FILE)
+def test_the_wrapper_with_any_record_lock_and_state(
+    record_file: Any, history_file: Any, lock: str | None, history_lock: str | None, state: Any, exit_request: Any
+) -> None:
+    from t4serve import compilation
+    from t4serve.supervise import history
+    from t4serve.supervise.run_vllm import Wrapper
+    from t4serve.supervise.state import EXIT_REQUEST_FILE, STATE_FILE, RunSpec
+
+    tried("compile ladder and state")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        cache, state_dir = tmp / "cache", tmp / "state"
+        state_dir.mkdir()
+        _place(cache / compilation.RECORD_FILE, record_file)
+        _place(cache / history.HISTORY_FILE, history_file)
+        _place(cache / compilation.LOCK_FILE, lock)
+        _place(cache / history.LOCK_FILE, history_lock)
+        _place(state_dir / STATE_FILE, state)
+        _place(state_dir / EXIT_REQUEST_FILE, exit_request)
+        spec = RunSpec(argv=["vllm", "serve", "m"], env={}, model="org/m", served_model_name="m", host="127.0.0.1",
+                       port=8000, dtype="float16", shutdown_timeout=0, canary=False, gpu_name="Tesla T4",
+                       hf_hub_cache=str(tmp / "hub"), cache_dir=str(cache),
+                       compile_ladder=[[r.name, *r.flags] for r in compilation.LADDER])  # fmt: skip
+        out = io.StringIO()
+        began = time.monotonic()
+        try:
+            wrapper = Wrapper(spec, state_dir, out=out)
+            wrapper._announce()
+            wrapper._save()
+            wrapper._given_up()
+            problem = wrapper._record_rung("lean", failed="full")
+            history.append(cache, history.StartRecord("org/m", "Tesla T4", 1.0, 2.0, {}))
+            outcome = Outcome(0, out.getvalue(), problem or "")
+        except (OSError, LockError) as exc:  # history.append's documented failures (the wrapper catches them)
+            outcome = Outcome(0, out.getvalue(), str(exc))
+        except Exception as exc:
+            outcome = Outcome(70, out.getvalue(), f"Traceback: {type(exc).__name__}: {exc}")
+        record("compile ladder and state", outcome, {0}, seconds=time.monotonic() - began, deadline=8.0,
+               label=f"record {str(record_file)[:60]!r} lock {lock} state {str(state)[:40]!r}")
+
+
+# Bench result folders through `bench report` and `bench compare`.
+
+RUN_FIELDS = ["model", "input_len", "concurrency", "repeat", "num_prompts", "raw_file", "error"]
+FIGURE_FIELDS = ["completed", "failed", "output_throughput", "median_tpot_ms", "median_ttft_ms", "mean_ttft_ms",
+                 "total_output_tokens", "duration_s"]  # fmt: skip
+TOP_FIELDS = ["schema", "models", "inputs", "concurrencies", "repeats", "output_len", "ceilings", "planned_runs"]
+# Plausible figures (the report must render them) as often as hostile ones (it must refuse or render them safely).
+PLAUSIBLE = st.floats(min_value=0, max_value=1e6, allow_nan=False) | st.integers(0, 10**6)
+FIGURE_VALUES = st.one_of(PLAUSIBLE, PLAUSIBLE, PLAUSIBLE, argument_values,
+                          st.sampled_from([1e308, -1e-9, 0, 0.0, 1e9, 1e10, 2**63, "qat|x", "a\nb", "| --- |"]))
+
+
+@_settings(100)
+@given(top=st.dictionaries(st.sampled_from(TOP_FIELDS), FIGURE_VALUES, max_size=1) | st.just({}),
+       run_edits=st.dictionaries(st.sampled_from(RUN_FIELDS), FIGURE_VALUES, max_size=2),
+       figure_edits=st.dictionaries(st.sampled_from(FIGURE_FIELDS), FIGURE_VALUES, max_size=2),
+       which=st.integers(0, 7), duplicate=st.booleans())  # fmt: skip
+def test_bench_report_and_compare_on_any_result_folder(
+    top: dict[str, Any], run_edits: dict[str, Any], figure_edits: dict[str, Any], which: int, duplicate: bool
+) -> None:
+    from test_hardening_21 import runs_json
+
+    tried("bench folders")
+    body = runs_json()
+    body.update(top)
+    if isinstance(body.get("runs"), list):
+        body["runs"][which].update(run_edits)
+        if isinstance(body["runs"][which].get("figures"), dict):
+            body["runs"][which]["figures"].update(figure_edits)
+        if duplicate:
+            body["runs"].append(body["runs"][which])
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for name, content in (("a", body), ("b", runs_json())):
+            (tmp / name / "raw").mkdir(parents=True)
+            (tmp / name / "runs.json").write_text(json.dumps(content))
+        env = base_environ(tmp)
+        label = f"top {top!r} run {run_edits!r} figures {figure_edits!r} dup {duplicate}"[:300]
+        report = run_cli(["bench", "report", str(tmp / "a")], env)
+        record("bench folders", report, {0, 2}, label=f"report: {label}")
+        record("bench folders", run_cli(["bench", "compare", str(tmp / "b"), str(tmp / "a")], env), {0, 2},
+               label=f"compare: {label}")
+        if report.code == 0:
+            # Rendered: every table keeps its header's columns, and the plots were drawn.
+            for block in report.out.split("\n\n"):
+                rows = [ln.replace("\\|", "") for ln in block.splitlines() if ln.startswith("|")]
+                assert len({row.count("|") for row in rows}) <= 1, block
+            assert len(list((tmp / "a").glob("*.png"))) == 3

@@ -9,6 +9,7 @@ import pytest
 from sample_facts import GIB, MIB, no_gpu, t4, with_gpu, with_host, with_manifest
 
 from t4serve.derived import format_bytes
+from t4serve.errors import ConfigError
 from t4serve.facts import DiskFacts, Facts, GpuFacts
 from t4serve.pipeline import ensure_model, prepare, with_known_gpu
 from t4serve.preflight import (
@@ -308,10 +309,13 @@ def test_finding_level_is_validated() -> None:
         Finding("x", "maybe", "", "", "")
 
 
-def test_size_as_a_card_larger_than_the_real_one_fails() -> None:
-    found = findings(t4(), settings(T4SERVE_SIZE_AS="a10g"))
-    check = only(found, "size-as")
-    assert check.level == "fail" and "T4SERVE_SIZE_AS=a10g" in check.found and "unset T4SERVE_SIZE_AS" in check.fix
+def test_size_as_a_card_larger_than_the_real_one_is_refused_by_the_plan() -> None:
+    """Sizing a T4 as an A10G would give vLLM --gpu-memory-utilization above 1: the plan itself refuses it (exit 2),
+    so `plan`, `preflight` and `serve` (T4SERVE_PREFLIGHT=warn included) all stop there."""
+    with pytest.raises(ConfigError) as info:
+        findings(t4(), settings(T4SERVE_SIZE_AS="a10g"))
+    message = info.value.message()
+    assert info.value.exit_code == 2 and "T4SERVE_SIZE_AS=a10g" in message and "unset T4SERVE_SIZE_AS" in message
     assert only(findings(t4(), settings(T4SERVE_SIZE_AS="t4")), "size-as").level == "ok"
 
 

@@ -4,6 +4,7 @@ and turns a missing or malformed file into an absent manifest with the reason.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -70,7 +71,7 @@ def test_malformed_json_is_absent_with_the_parse_error(tmp_path: Path) -> None:
     path.write_text('{"torch_version": "2.14.0",')
     manifest = probe_manifest(str(path))
     assert not manifest.present
-    assert manifest.error is not None and manifest.error.startswith(f"the build manifest {path} is not JSON: ")
+    assert manifest.error is not None and manifest.error.startswith(f"the build manifest {path} is not valid JSON: ")
     assert "line 1" in manifest.error
 
 
@@ -95,7 +96,13 @@ def test_unknown_fields_or_wrong_types_are_absent_not_half_loaded(tmp_path: Path
 def test_an_unreadable_path_is_absent_with_the_reason(tmp_path: Path) -> None:
     manifest = probe_manifest(str(tmp_path))  # a folder, not a file
     assert not manifest.present
-    assert manifest.error is not None and manifest.error.startswith(f"cannot read the build manifest {tmp_path}: ")
+    assert manifest.error == f"the build manifest {tmp_path} must be a regular file (it is a directory)"
+    # A FIFO (or /dev/zero) is refused at once by the shared bounded reader: never waited on, never read whole.
+    os.mkfifo(tmp_path / "fifo")
+    for path, kind in ((tmp_path / "fifo", "a FIFO"), (Path("/dev/zero"), "a character device")):
+        manifest = probe_manifest(str(path))
+        assert not manifest.present
+        assert manifest.error == f"the build manifest {path} must be a regular file (it is {kind})"
 
 
 def test_probing_imports_neither_torch_nor_vllm_nor_pynvml(tmp_path: Path) -> None:

@@ -639,7 +639,7 @@ def test_an_unreadable_compile_record_is_said_and_the_ladder_starts_at_the_top(t
     (cache / compilation.RECORD_FILE).unlink()
     (cache / compilation.RECORD_FILE).write_text("[1, 2]")
     record, problem = compilation.load_record(cache, "k")
-    assert record is None and problem is not None and "not a JSON object" in problem
+    assert record is None and problem is not None and "must be a JSON object" in problem
     assert compilation.user_controls_compilation(["--compilation_config.mode=0"])
     assert not compilation.user_controls_compilation(["--max-num-logprobs", "5", "--otlp-traces-endpoint=x"])
 

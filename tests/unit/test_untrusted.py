@@ -25,6 +25,7 @@ from t4serve.untrusted import (
     parse_float,
     parse_int,
     printable,
+    read_tail_bounded,
     read_text_bounded,
     redact_flags,
     secret_values,
@@ -32,15 +33,16 @@ from t4serve.untrusted import (
 
 
 def test_parse_int() -> None:
-    assert parse_int(" 16_384 ", 1, 1 << 20) == 16384 and parse_int("-3", -5, 5) == -3
-    for bad in ("1.5", "0x10", "", "1" * 20, "99"):
+    assert parse_int(" 16384 ", 1, 1 << 20) == 16384 and parse_int("-3", -5, 5) == -3
+    # ASCII decimal only: no underscores, no other scripts' digits (Arabic-Indic, fullwidth), no base prefix.
+    for bad in ("1.5", "0x10", "", "1" * 20, "99", "1_0", "\u0663", "\uff13", "3\u0663", "0o7", "1e1"):
         with pytest.raises(Untrusted, match="integer from 1 to 50"):
             parse_int(bad, 1, 50)
 
 
 def test_parse_float() -> None:
     assert parse_float("0.9", 0, 1) == 0.9 and parse_float(".5e1", 0, 10) == 5.0
-    for bad in ("nan", "inf", "1e309", "0x1p3", "2", "0"):
+    for bad in ("nan", "inf", "1e309", "0x1p3", "2", "0", "0_5", "\u0660.\u0669", "\uff10.5"):
         with pytest.raises(Untrusted, match="a number > 0 and <= 1"):
             parse_float(bad, 0, 1, lo_open=True)
 
@@ -85,7 +87,9 @@ def test_hosts_accepted(host: str) -> None:
     assert check_host(host) == host
 
 
-@pytest.mark.parametrize("host", ["1.5", "nan", "1e5", "a.123", "-bad", "a b", ""])
+# Each reads as a number in some base to inet_aton or a URL parser: 0x10 is 0.0.0.16, 017.1 is 15.0.0.1.
+@pytest.mark.parametrize("host", ["1.5", "nan", "1e5", "a.123", "-bad", "a b", "", "0x10", "0x7f000001", "017.1", "1",
+                                  "0x7f.1", "gpu.0x1f", "gpu.0x", "1_0", "\u0663", "\u0661\u0662\u0667.0.0.1"])
 def test_hosts_refused(host: str) -> None:
     with pytest.raises(Untrusted):
         check_host(host)
@@ -140,8 +144,17 @@ def test_bounded_files(tmp_path: Path) -> None:
         read_text_bounded(tmp_path, 100, "the file")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(Untrusted, match="not a regular file"):
+    with pytest.raises(Untrusted, match=r"fifo must be a regular file \(it is a FIFO\)"):
         read_text_bounded(fifo, 100, "the file")
+    with pytest.raises(Untrusted, match=r"/dev/zero must be a regular file \(it is a character device\)"):
+        read_text_bounded(Path("/dev/zero"), 100, "the file")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(Untrusted, match="loop cannot be opened"):
+        read_text_bounded(tmp_path / "loop", 100, "the file")
+    (tmp_path / "log").write_bytes(b"a" * 100 + b"end")
+    assert read_tail_bounded(tmp_path / "log", 3, "the log") == b"end"
+    with pytest.raises(Untrusted, match="it is a FIFO"):
+        read_tail_bounded(fifo, 3, "the log")
     (tmp_path / "latin1").write_bytes(b"caf\xe9")
     with pytest.raises(Untrusted, match="must be UTF-8 text"):
         read_text_bounded(tmp_path / "latin1", 100, "the file")

@@ -11,11 +11,7 @@ import csv
 import io
 import statistics
 
-from t4serve.bench.results import CellSummary, Run, RunsFile, ServerSide, summarize
-
-# ServerSide's figures, in the CSV's order (the columns named server_<field>).
-SERVER_FIELDS = ("running_mean", "running_max", "waiting_max", "kv_usage_max_pct", "preemptions", "steps",
-                 "tokens_per_step", "queue_ms_mean", "prefill_ms_mean", "decode_ms_mean")
+from t4serve.bench.results import SERVER_FIGURES, CellSummary, Run, RunsFile, ServerSide, summarize
 
 CSV_COLUMNS = (
     "model",
@@ -35,7 +31,7 @@ CSV_COLUMNS = (
     "power_w_mean",
     "sm_clock_mhz_mean",
     "throttle_reasons",
-    *(f"server_{name}" for name in SERVER_FIELDS),
+    *(f"server_{name}" for name in SERVER_FIGURES),
     "raw_file",
     "error",
 )
@@ -66,12 +62,18 @@ def runs_csv(runs: list[Run]) -> str:
                 _num(t.power_w_mean) if t and t.power_w_mean is not None else "",
                 _num(t.sm_clock_mhz_mean) if t and t.sm_clock_mhz_mean is not None else "",
                 ";".join(t.throttle_reasons) if t else "",
-                *(_opt(getattr(s, name) if s else None) for name in SERVER_FIELDS),
+                *(_opt(getattr(s, name) if s else None) for name in SERVER_FIGURES),
                 r.raw_file or "",
                 r.error or "",
             ]
         )
     return out.getvalue()
+
+
+def md(text: str) -> str:
+    """Text as one cell of a markdown table: `|` escaped, line breaks as spaces (results.check_runs_file refuses
+    control characters in model names; this keeps any other text from splitting a row)."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _num(value: float) -> str:
@@ -115,10 +117,10 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
     for input_len in runs_file.inputs:
         lines += [f"## input {input_len} tokens", ""]
         header = ["c"]
-        header += [f"{m} tok/s" for m in models]
-        header += [f"{m} per stream" for m in models]
-        header += [f"{m} TTFT ms" for m in models]
-        header += [f"{m} goodput req/s" for m in models]
+        header += [f"{md(m)} tok/s" for m in models]
+        header += [f"{md(m)} per stream" for m in models]
+        header += [f"{md(m)} TTFT ms" for m in models]
+        header += [f"{md(m)} goodput req/s" for m in models]
         header += ["variation %", "winner", "ratio", "decided", "failed requests"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for c in runs_file.concurrencies:
@@ -132,7 +134,7 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
             row.append(_fmt(max(variations), 1) if variations else "-")
             present = [s for s in cell if s is not None]
             winner, ratio = winner_and_ratio(present)
-            row += [winner, ratio, decided(present)]
+            row += [md(winner), ratio, decided(present)]
             row.append(str(sum(s.failed_requests for s in cell if s)))
             lines.append("| " + " | ".join(row) + " |")
             failed_cells += [s for s in cell if s is not None and (s.failed or s.errors)]
@@ -206,7 +208,7 @@ def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[
         if ceiling is None or s.per_stream is None:
             continue
         lines.append(
-            f"| {s.model} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
+            f"| {md(s.model)} | {ceiling:.1f} | {s.input_len} | {s.concurrency} | {s.per_stream:.2f} | "
             f"{s.per_stream / ceiling * 100:.1f} % |"
         )
     return [*lines, ""]
@@ -239,7 +241,7 @@ def server_section(runs_file: RunsFile) -> list[str]:
             return _fmt(statistics.median(values), digits) if values else "-"
 
         lines.append(
-            f"| {model} | {input_len} | {c} | {med('running_mean')} / {med('running_max', 0)} | "
+            f"| {md(model)} | {input_len} | {c} | {med('running_mean')} / {med('running_max', 0)} | "
             f"{med('waiting_max', 0)} | {med('kv_usage_max_pct')} | {med('preemptions', 0)} | {med('steps', 0)} | "
             f"{med('tokens_per_step')} | {med('queue_ms_mean')} | {med('prefill_ms_mean')} | {med('decode_ms_mean')} |"
         )
@@ -261,8 +263,9 @@ def telemetry_section(runs_file: RunsFile) -> list[str]:
         assert t is not None
         power = f"{_fmt(t.power_w_mean, 1)} / {_fmt(t.power_limit_w, 0)}"
         clock = f"{_fmt(t.sm_clock_mhz_mean, 0)} / {_fmt(t.sm_clock_max_mhz, 0)}"
-        reasons = ", ".join(t.throttle_reasons) or "none"
-        lines.append(f"| {r.model} | {r.input_len} | {r.concurrency} | {r.repeat} | {power} | {clock} | {reasons} |")
+        reasons = md(", ".join(t.throttle_reasons)) or "none"
+        cells = [md(r.model), str(r.input_len), str(r.concurrency), str(r.repeat), power, clock, reasons]
+        lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -280,7 +283,7 @@ def compare(a: RunsFile, b: RunsFile, name_a: str = "A", name_b: str = "B") -> s
     ]
     for key in keys:
         x, y = sa.get(key), sb.get(key)
-        row = [key[0], str(key[1]), str(key[2])]
+        row = [md(key[0]), str(key[1]), str(key[2])]
         for attr, digits in (("throughput", 2), ("per_stream", 2), ("ttft_ms", 0)):
             va = _value(x, attr)
             vb = _value(y, attr)

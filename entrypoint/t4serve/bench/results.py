@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from t4serve.atomic import write_atomic
-from t4serve.bench.grid import Cell
+from t4serve.bench.grid import MAX_CONCURRENCY, MAX_INPUT_LEN, MAX_REPEATS, Cell
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
-from t4serve.untrusted import Untrusted, load_json_file
+from t4serve.untrusted import Untrusted, check_finite, check_int, check_text, load_json_file
 
+# A model's name names its raw/ files (raw_name: the name, input, concurrency and repeat, .json), which a file
+# system takes up to 255 bytes.
+MAX_MODEL_NAME_CHARS = 160
 RUNS_FILE = "runs.json"
 RUNS_SCHEMA = 1
 # runs.json of a 99-repeat sweep, or a result with per-request lists, is a few MB; past this it is not ours.
@@ -76,6 +79,11 @@ class ServerSide:
     error: str | None = None
 
 
+# ServerSide's figures (all but `samples` and `error`), in the order the CSV's server_* columns list them.
+SERVER_FIGURES = ("running_mean", "running_max", "waiting_max", "kv_usage_max_pct", "preemptions", "steps",
+                  "tokens_per_step", "queue_ms_mean", "prefill_ms_mean", "decode_ms_mean")
+
+
 @dataclass(frozen=True)
 class Run:
     model: str
@@ -96,26 +104,24 @@ class Run:
         return Cell(self.input_len, self.concurrency, self.repeat)
 
 
+# What a figure of one run may be: counts and rates that no sweep on one server comes near, so a larger one (1e308)
+# is not a measurement, and a report or plot never has to draw it.
+MAX_COUNT = 10**12
+MAX_FIGURE = 1e9
+
+
 def figures_from_result(data: dict[str, Any], where: str) -> RunFigures:
-    """Read vLLM's result JSON; a missing key is a ConfigError naming the file (a vLLM version drift)."""
+    """Read vLLM's result JSON: each figure a number of its kind (a count an integer, a rate or time finite, none
+    negative or beyond MAX_COUNT / MAX_FIGURE); a missing or wrong one is a ConfigError naming the file."""
     try:
-        return RunFigures(
-            completed=int(data["completed"]),
-            failed=int(data.get("failed", 0)),
-            output_throughput=float(data["output_throughput"]),
-            median_tpot_ms=float(data["median_tpot_ms"]),
-            median_ttft_ms=float(data["median_ttft_ms"]),
-            mean_ttft_ms=float(data["mean_ttft_ms"]),
-            total_output_tokens=int(data["total_output_tokens"]),
-            duration_s=float(data["duration"]),
-            request_throughput=_optional_float(data.get("request_throughput")),
-            request_goodput=_optional_float(data.get("request_goodput")),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        return _figures(data)
+    except (KeyError, Untrusted) as exc:
+        found = exc.reason if isinstance(exc, Untrusted) else f"no key {exc}"
         raise ConfigError(
             f"{where} is not a `vllm bench serve --save-result` JSON this version understands",
-            found=f"{type(exc).__name__}: {exc}",
-            required="keys completed, output_throughput, median_tpot_ms, median_ttft_ms, total_output_tokens, duration",
+            found=found,
+            required="keys completed, output_throughput, median_tpot_ms, median_ttft_ms, total_output_tokens, "
+            f"duration: counts from 0 to {MAX_COUNT:,}, figures finite from 0 to {MAX_FIGURE:g}",
             fix="run the vLLM pinned in the image (0.33.0); its result format is the one read here",
         ) from None
 
@@ -142,11 +148,30 @@ def goodput_from_detail(data: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: f
     return good / duration
 
 
-def _optional_float(value: Any) -> float | None:
-    """A figure vLLM writes only with some flags (`request_goodput` is null without `--goodput`)."""
-    if value is None:
-        return None
-    return float(value)
+def _figures(data: dict[str, Any]) -> RunFigures:
+    def count(key: str, value: object) -> int:
+        return check_int(value, key, 0, MAX_COUNT)
+
+    def figure(key: str, value: object) -> float:
+        return check_finite(value, key, 0.0, MAX_FIGURE)
+
+    def optional(key: str) -> float | None:
+        value = data.get(key)
+        return None if value is None else figure(key, value)
+
+    return RunFigures(
+        completed=count("completed", data["completed"]),
+        failed=count("failed", data.get("failed", 0)),
+        output_throughput=figure("output_throughput", data["output_throughput"]),
+        median_tpot_ms=figure("median_tpot_ms", data["median_tpot_ms"]),
+        median_ttft_ms=figure("median_ttft_ms", data["median_ttft_ms"]),
+        mean_ttft_ms=figure("mean_ttft_ms", data["mean_ttft_ms"]),
+        total_output_tokens=count("total_output_tokens", data["total_output_tokens"]),
+        duration_s=figure("duration", data["duration"]),
+        # Written only with some flags (`request_goodput` is null without `--goodput`).
+        request_throughput=optional("request_throughput"),
+        request_goodput=optional("request_goodput"),
+    )
 
 
 @dataclass(frozen=True)
@@ -264,7 +289,7 @@ def raw_name(model: str, cell: Cell) -> str:
     return f"{label}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
 
 
-RAW_NAME = re.compile(r"^(?P<model>.+)_in(?P<input>\d+)_c(?P<c>\d+)_r(?P<r>\d+)\.json$")
+RAW_NAME = re.compile(r"^(?P<model>.+)_in(?P<input>[0-9]+)_c(?P<c>[0-9]+)_r(?P<r>[0-9]+)\.json$", re.ASCII)
 
 
 def runs_from_raw(folder: Path) -> RunsFile:
@@ -284,7 +309,7 @@ def runs_from_raw(folder: Path) -> RunsFile:
         if figures.completed:
             output_lens.add(figures.total_output_tokens // figures.completed)
         found.append(Run(model=m["model"], input_len=cell.input_len, concurrency=cell.concurrency,
-                         repeat=cell.repeat, seed=cell.seed, num_prompts=int(data.get("num_prompts", 0) or 0),
+                         repeat=cell.repeat, seed=cell.seed, num_prompts=_num_prompts(data, path),
                          raw_file=path.name, figures=figures,
                          error=f"all {figures.failed} requests failed" if figures.completed == 0 else None,
                          telemetry=Telemetry(samples=0, error="not kept: rebuilt from raw/")))
@@ -295,8 +320,18 @@ def runs_from_raw(folder: Path) -> RunsFile:
             required=f"a folder written by `t4serve bench --output DIR` ({RUNS_FILE}, or raw/ at least)",
             fix="pass the --output folder of an earlier `t4serve bench` run",
         )
-    return _gathered(sorted({r.model for r in found}), found, output_len=min(output_lens) if output_lens else 0,
-                     started="unknown (rebuilt from raw/)", interrupted="rebuilt from raw/")
+    rebuilt = _gathered(sorted({r.model for r in found}), found, output_len=min(output_lens) if output_lens else 0,
+                        started="unknown (rebuilt from raw/)", interrupted="rebuilt from raw/")
+    return check_runs_file(rebuilt, str(folder / "raw"))
+
+
+def _num_prompts(data: dict[str, Any], path: Path) -> int:
+    try:
+        return check_int(data.get("num_prompts", 0) or 0, "num_prompts", 0, MAX_COUNT)
+    except Untrusted as exc:
+        raise ConfigError(f"{path} is not a `vllm bench serve --save-result` JSON this version understands",
+                          found=exc.reason, required=f"num_prompts a count from 0 to {MAX_COUNT:,}",
+                          fix="remove the damaged file and run `t4serve bench report` again") from None
 
 
 def _gathered(models: list[str], runs: list[Run], **fields: Any) -> RunsFile:
@@ -317,10 +352,109 @@ def load_runs(folder: Path) -> RunsFile:
 
 def read_runs(folder: Path) -> RunsFile:
     path = folder / RUNS_FILE
-    data = _load(path, f"{folder} is not a `t4serve bench` result folder:",
-                 f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})",
-                 "pass the --output folder of an earlier `t4serve bench` run")
-    return from_dict(RunsFile, data, where=str(path))
+    required = f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})"
+    fix = "pass the --output folder of an earlier `t4serve bench` run"
+    data = _load(path, f"{folder} is not a `t4serve bench` result folder:", required, fix)
+    if data.get("schema") != RUNS_SCHEMA:
+        raise ConfigError(f"{path} is of a schema this t4serve does not read",
+                          found=f"schema {str(data.get('schema'))[:40]}", required=f"schema {RUNS_SCHEMA}: {required}",
+                          fix="report it with the t4serve version that wrote it")  # fmt: skip
+    try:
+        runs_file = from_dict(RunsFile, data, where=str(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path} is not a runs file of this t4serve", found=exc.what, required=required,
+                          fix=fix) from None
+    return check_runs_file(runs_file, str(path))
+
+
+def check_runs_file(runs_file: RunsFile, where: str) -> RunsFile:
+    """What the report, the CSV and the plots rely on, checked once for any runs file however it was made (read,
+    rebuilt from raw/, merged): model names of one word a markdown table can hold, cells in the grid's ranges and
+    each made once, figures of their kind (finite, not negative, bounded), a known GPU's telemetry. ConfigError
+    otherwise, naming the file and the first problem: matplotlib and the tables never see a value they cannot show."""
+    try:
+        _check_runs_file(runs_file)
+    except Untrusted as exc:
+        raise ConfigError(
+            f"{where} holds runs t4serve cannot report",
+            found=exc.reason,
+            required="runs as `t4serve bench` writes them: one-word model names, input 1..2^24, concurrency 1..99, "
+            "repeat 1..99, each cell once, figures finite and not negative",
+            fix="run the sweep again, or remove the damaged runs.json (`t4serve bench report` then rebuilds it from "
+            "raw/)",
+        ) from None
+    return runs_file
+
+
+def _check_runs_file(rf: RunsFile) -> None:
+    if len(rf.models) != len(set(rf.models)) or not rf.models:
+        raise Untrusted(f"models must be listed once each (found {str(rf.models)[:120]})")
+    for model in rf.models:
+        check_model_name(model)
+    for what, values, hi in (("inputs", rf.inputs, MAX_INPUT_LEN), ("concurrencies", rf.concurrencies,
+                                                                     MAX_CONCURRENCY)):  # fmt: skip
+        for value in values:
+            check_int(value, what, 1, hi)
+        if len(values) != len(set(values)):
+            raise Untrusted(f"{what} must be listed once each (found {str(values)[:120]})")
+    check_int(rf.repeats, "repeats", 1, MAX_REPEATS)
+    check_int(rf.output_len, "output_len", 0, MAX_INPUT_LEN)
+    check_int(rf.planned_runs, "planned_runs", 0, MAX_COUNT)
+    for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        value = getattr(rf, name)
+        if value is not None:
+            check_finite(value, name, 0.0, MAX_FIGURE)
+    for model, ceiling in rf.ceilings.items():
+        if ceiling is not None:
+            check_finite(ceiling, f"the ceiling of {model[:40]!r}", 0.0, MAX_FIGURE)
+    seen: set[tuple[str, int, int, int]] = set()
+    for run in rf.runs:
+        where = f"the run {run.model[:40]!r} input {str(run.input_len)[:20]} c={str(run.concurrency)[:20]}"
+        if run.model not in rf.models:
+            raise Untrusted(f"{where} names a model the file does not list")
+        check_int(run.input_len, f"{where}: input_len", 1, MAX_INPUT_LEN)
+        check_int(run.concurrency, f"{where}: concurrency", 1, MAX_CONCURRENCY)
+        check_int(run.repeat, f"{where}: repeat", 1, MAX_REPEATS)
+        check_int(run.num_prompts, f"{where}: num_prompts", 0, MAX_COUNT)
+        key = (run.model, run.input_len, run.concurrency, run.repeat)
+        if key in seen:
+            raise Untrusted(f"{where} repeat {run.repeat} is listed twice")
+        seen.add(key)
+        if run.figures is not None:
+            _figures({"completed": run.figures.completed, "failed": run.figures.failed,
+                      "output_throughput": run.figures.output_throughput,
+                      "median_tpot_ms": run.figures.median_tpot_ms, "median_ttft_ms": run.figures.median_ttft_ms,
+                      "mean_ttft_ms": run.figures.mean_ttft_ms,
+                      "total_output_tokens": run.figures.total_output_tokens,
+                      "duration": run.figures.duration_s, "request_throughput": run.figures.request_throughput,
+                      "request_goodput": run.figures.request_goodput})  # fmt: skip
+        t = run.telemetry
+        if t is not None:
+            check_int(t.samples, f"{where}: telemetry samples", 0, MAX_COUNT)
+            for name in ("power_w_mean", "power_limit_w", "sm_clock_mhz_mean", "sm_clock_max_mhz"):
+                value = getattr(t, name)
+                if value is not None:
+                    check_finite(value, f"{where}: {name}", 0.0, MAX_FIGURE)
+            for text in (*t.throttle_reasons, run.error or "", run.raw_file or "", t.error or ""):
+                check_text(text, f"{where}: a note", allow_blanks=True)
+        s = run.server
+        if s is not None:
+            check_int(s.samples, f"{where}: server samples", 0, MAX_COUNT)
+            for name in SERVER_FIGURES:
+                value = getattr(s, name)
+                if value is not None:
+                    check_finite(value, f"{where}: server {name}", 0.0, MAX_FIGURE)
+            check_text(s.error or "", f"{where}: a note", allow_blanks=True)
+
+
+def check_model_name(name: str) -> str:
+    """A model name as a result folder may hold it: one word without control characters (a newline would break
+    report.md's tables; `|` is escaped where a table shows it), at most MAX_MODEL_NAME_CHARS."""
+    check_int(len(name), "a model name's length", 1, MAX_MODEL_NAME_CHARS)
+    check_text(name, "a model name")
+    if any(c.isspace() for c in name):
+        raise Untrusted(f"a model name must be one word (found {name[:60]!r})")
+    return name
 
 
 def with_objectives(folder: Path, runs_file: RunsFile, slo_ttft_ms: float, slo_tpot_ms: float) -> RunsFile:
@@ -449,5 +583,6 @@ def merge_runs(sources: list[Source]) -> RunsFile:
                           fix="pass result folders that hold runs")
     starts = list(dict.fromkeys(s.runs_file.started for s in sources))
     slo_ttft_ms, slo_tpot_ms = next(iter(objectives), (None, None))
-    return _gathered(models, runs, output_len=next(iter(output_lens)), started="; ".join(starts), ceilings=ceilings,
-                     notes=notes, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    merged = _gathered(models, runs, output_len=next(iter(output_lens)), started="; ".join(starts), ceilings=ceilings,
+                       notes=notes, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    return check_runs_file(merged, "the merged runs")

@@ -44,6 +44,7 @@ from t4serve.errors import BenchError, ConfigError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.secrets import Secret, client_api_key, secret_environment
 from t4serve.units import fmt_duration
+from t4serve.untrusted import Untrusted, read_tail_bounded
 
 LOG_TAIL_LINES = 15
 
@@ -119,9 +120,10 @@ def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a log, read from its last 64 KiB only (a server's log may be gigabytes)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_tail_bounded(path, 64 * 1024, "the log").decode("utf-8", errors="replace")
+    except (OSError, Untrusted):
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
 

@@ -7,16 +7,21 @@ Exit 0 when every run measured, 1 when some failed, 6 (BenchError) when none did
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
-from collections.abc import Callable
+import tempfile
 from pathlib import Path
-from typing import Any
 
 import click
 
 from t4serve.bench.grid import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
 from t4serve.errors import BenchError, ConfigError
-from t4serve.untrusted import Untrusted, check_path, check_text, parse_float
+from t4serve.options import FloatText, IntText
+from t4serve.untrusted import Untrusted, check_path, check_text, parse_float, printable
+
+# results.MAX_MODEL_NAME_CHARS, restated so `t4serve bench --help` imports nothing of the sweep.
+MAX_MODEL_NAME_CHARS = 160
 
 # Seconds a server may take to load or a run may last: a week is beyond any sweep.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
@@ -24,38 +29,25 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_OBJECTIVE_MS = 3_600_000.0
 
 
-def _positive(hi: float) -> Callable[[click.Context, click.Parameter, Any], float]:
-    """A click callback: a finite number above 0 and at most `hi` (nan, inf and 1e309 are refused, as click's
-    FloatRange does not)."""
-
-    def check(ctx: click.Context, param: click.Parameter, value: Any) -> float:
-        try:
-            return parse_float(str(value), 0.0, hi, lo_open=True)
-        except Untrusted as exc:
-            raise click.BadParameter(f"{str(value)[:40]!r} {exc.reason}", ctx, param) from None
-
-    return check
-
-
-def _optional_positive(hi: float) -> Callable[[click.Context, click.Parameter, Any], float | None]:
-    """`_positive`, for an option that may be left out."""
-    check = _positive(hi)
-
-    def optional(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
-        return None if value is None else check(ctx, param, value)
-
-    return optional
-
-
 def _output_folder(output: Path) -> Path:
-    """The result folder, created now: a new or empty folder (never one holding results), a path the system takes."""
+    """The result folder, created now: a new or empty folder (never one holding results), a path the system takes,
+    where this user can write (a file is created and removed to know: root's and a read-only mount's answers to
+    os.access differ from what a write does)."""
     try:
         check_path(str(output), "--output")
         if output.exists() and not output.is_dir():
             raise Untrusted(f"--output {output} is a file, not a folder")
         if output.is_dir() and any(output.iterdir()):
             raise Untrusted(f"--output {output} already holds files (results are never overwritten)")
+        created = not output.exists()
         output.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".t4serve-write-test-", dir=output)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError:
+            _remove_if_empty(output, created=created)
+            raise
     except (Untrusted, OSError) as exc:
         reason = exc.reason if isinstance(exc, Untrusted) else f"cannot create {output}: {exc.strerror or exc}"
         raise ConfigError(
@@ -65,6 +57,19 @@ def _output_folder(output: Path) -> Path:
             fix="give --output a new folder name, or leave it out for bench-DATE in this folder",
         ) from None
     return output
+
+
+def _remove_if_empty(folder: Path, *, created: bool) -> None:
+    """After a usage error: the folder this run created, if nothing but empty folders is in it (no half-made result
+    folder is left behind; a folder the user made stays)."""
+    if not created or not folder.is_dir():
+        return
+    for sub in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if not sub.is_dir() or sub.is_symlink() or any(sub.iterdir()):
+            return
+        sub.rmdir()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = False) -> dict[str, str]:
@@ -95,13 +100,13 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--models", default="qat,bf16", show_default=True, help="Checkpoints to compare (aliases or repo ids).")
 @click.option("--inputs", default="512,4096", show_default=True, help="Prompt lengths in tokens.")
 @click.option("--concurrency", default="1,4,8,16", show_default=True, help="Concurrent streams per cell.")
-@click.option("--repeats", type=click.IntRange(1, 99), default=3, show_default=True,
+@click.option("--repeats", type=IntText(1, 99), default=3, show_default=True,
               help="Runs per cell; the seed changes per repeat.")
-@click.option("--output-len", type=click.IntRange(1, 1 << 20), default=128, show_default=True,
+@click.option("--output-len", type=IntText(1, 1 << 20), default=128, show_default=True,
               help="Generated tokens per request (--ignore-eos).")
-@click.option("--num-prompts", type=click.IntRange(1, 1 << 20), default=None,
+@click.option("--num-prompts", type=IntText(1, 1 << 20), default=None,
               help="Requests per cell [default: max(4 x concurrency, 8)].")
-@click.option("--num-warmups", type=click.IntRange(0, 1 << 16), default=2, show_default=True,
+@click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
 @click.option(
     "--base-url",
@@ -112,13 +117,13 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
 @click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
-@click.option("--ready-timeout", default="1800", callback=_positive(MAX_TIMEOUT_S), show_default=True,
+@click.option("--ready-timeout", default="1800", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
               help="Seconds a started server may take to load.")
-@click.option("--cell-timeout", default="3600", callback=_positive(MAX_TIMEOUT_S), show_default=True,
+@click.option("--cell-timeout", default="3600", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
               help="Seconds one run may take before it fails.")
-@click.option("--slo-ttft-ms", default=f"{DEFAULT_SLO_TTFT_MS:g}", callback=_positive(MAX_OBJECTIVE_MS),
+@click.option("--slo-ttft-ms", default=f"{DEFAULT_SLO_TTFT_MS:g}", type=FloatText(0.0, MAX_OBJECTIVE_MS, lo_open=True),
               show_default=True, help="Goodput: a request is good when its time to first token is within this (ms)...")
-@click.option("--slo-tpot-ms", default=f"{DEFAULT_SLO_TPOT_MS:g}", callback=_positive(MAX_OBJECTIVE_MS),
+@click.option("--slo-tpot-ms", default=f"{DEFAULT_SLO_TPOT_MS:g}", type=FloatText(0.0, MAX_OBJECTIVE_MS, lo_open=True),
               show_default=True,
               help="...and its time per output token too (ms). Defaults: MLPerf's server scenario for an 8B model.")
 @click.pass_context
@@ -153,13 +158,13 @@ def command(
     from t4serve.bench.runner import BenchOptions, run_bench
 
     model_list = [m.strip() for m in models.split(",") if m.strip()]
-    if not model_list or len(set(model_list)) != len(model_list) or not all(_one_word(m) for m in model_list):
+    if not model_list or len(set(model_list)) != len(model_list) or not all(_model_name(m) for m in model_list):
         raise ConfigError(
-            f"--models {models!r} must name one or more distinct checkpoints",
-            found=models,
-            required="one or more distinct aliases, repo ids or folders, each one word without control characters; "
-            "e.g. qat,bf16",
-            fix="--models qat,bf16",
+            f"--models {printable(models[:200])!r} must name one or more distinct checkpoints",
+            found=printable(models[:300]),
+            required="one or more distinct aliases, repo ids or folders, each one word without control characters "
+            f"of at most {MAX_MODEL_NAME_CHARS} characters (each names its raw/ files); e.g. qat,bf16",
+            fix="--models qat,bf16 (a checkpoint in a deep folder: a shorter path, or a symlink to it)",
         )
     ceilings: dict[str, float] = {}
     for key, value in _pairs(ceiling, "--ceiling", model_list).items():
@@ -190,16 +195,21 @@ def command(
     parsed_inputs = grid.parse_int_list(inputs, "--inputs")
     concurrencies = grid.parse_int_list(concurrency, "--concurrency", grid.MAX_CONCURRENCY)
     grid.validate(parsed_inputs, concurrencies, repeats)
+    base_urls = _pairs(base_url, "--base-url", model_list)
+    tokenizers = _pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True)
+    # Last, once every option is known good: a usage error leaves no folder behind.
+    folder = output or Path(f"bench-{stamp}")
+    created = not folder.exists()
     opts = BenchOptions(
         models=model_list,
         inputs=parsed_inputs,
         concurrencies=concurrencies,
         repeats=repeats,
         output_len=output_len,
-        output=_output_folder(output or Path(f"bench-{stamp}")),
+        output=_output_folder(folder),
         num_prompts=num_prompts,
-        base_urls=_pairs(base_url, "--base-url", model_list),
-        tokenizers=_pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True),
+        base_urls=base_urls,
+        tokenizers=tokenizers,
         ceilings=ceilings,
         vllm=vllm,
         num_warmups=num_warmups,
@@ -212,6 +222,11 @@ def command(
 
     try:
         runs_file = run_bench(opts)
+    except ConfigError:
+        # A setting found wrong before the first run (a --base-url for no model, an unusable key): nothing was
+        # measured, so the folder this run made goes again (one holding results never does).
+        _remove_if_empty(opts.output, created=created)
+        raise
     except Interrupted as exc:
         click.echo(f"t4serve bench: {exc.why}; the {opts.output} folder holds the runs finished before it "
                    "(report.md says which)", err=True)
@@ -240,6 +255,16 @@ def _one_word(name: str) -> bool:
     return not any(c.isspace() for c in name)
 
 
+def _model_name(name: str) -> bool:
+    from t4serve.bench.results import check_model_name
+
+    try:
+        check_model_name(name)
+    except Untrusted:
+        return False
+    return True
+
+
 @command.command("compare")
 @click.argument("a", type=click.Path(path_type=Path, file_okay=False))
 @click.argument("b", type=click.Path(path_type=Path, file_okay=False))
@@ -253,9 +278,9 @@ def compare_command(a: Path, b: Path) -> None:
 
 @command.command("report")
 @click.argument("folder", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--slo-ttft-ms", default=None, callback=_optional_positive(MAX_OBJECTIVE_MS),
+@click.option("--slo-ttft-ms", default=None, type=FloatText(0.0, MAX_OBJECTIVE_MS, lo_open=True),
               help="Count goodput again against this TTFT objective (ms), from raw/'s per-request figures.")
-@click.option("--slo-tpot-ms", default=None, callback=_optional_positive(MAX_OBJECTIVE_MS),
+@click.option("--slo-tpot-ms", default=None, type=FloatText(0.0, MAX_OBJECTIVE_MS, lo_open=True),
               help="... and this TPOT objective (ms). With either, the report is printed, the folder left as it is.")
 def report_command(folder: Path, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
     """Write FOLDER's report.md, runs.csv and plots again from its runs.json (or, if that is missing, from raw/).

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
+from t4serve.options import IntText
 from t4serve.supervise.listener import RestartPolicy, listen
 from t4serve.supervise.state import ExitRequest, write_exit_request
+from t4serve.untrusted import MAX_SETTING_INT
 
 # The container's exit code when vLLM gave up: a plain failure, distinct from t4serve's own 2/3/4/70.
 EXIT_SERVER_FAILED = 1
@@ -19,8 +21,9 @@ EXIT_SERVER_FAILED = 1
 
 @click.command("listener")
 @click.option("--state-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--max-restarts", required=True, type=click.IntRange(min=0), help="T4SERVE_MAX_RESTARTS")
-@click.option("--restart-window", required=True, type=click.IntRange(min=1), help="T4SERVE_RESTART_WINDOW (seconds)")
+@click.option("--max-restarts", required=True, type=IntText(0, MAX_SETTING_INT), help="T4SERVE_MAX_RESTARTS")
+@click.option("--restart-window", required=True, type=IntText(1, MAX_SETTING_INT),
+              help="T4SERVE_RESTART_WINDOW (seconds)")
 def command(state_dir: Path, max_restarts: int, restart_window: int) -> int:
     """Speak supervisord's event-listener protocol on stdin/stdout (internal; supervisord starts it)."""
 

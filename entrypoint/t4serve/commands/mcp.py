@@ -14,20 +14,26 @@ authorization server.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+import socket
+import sys
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
 from t4serve.commands.host_check import compose_file_option, project_option
-from t4serve.errors import ConfigError
+from t4serve.errors import ConfigError, InternalError
+from t4serve.untrusted import Untrusted, check_host, json_depth, parse_int, printable, read_text_bounded
 
 TOKEN_MIN_CHARS = 16
+# A token file holds one token and a newline; anything larger is not one.
+TOKEN_FILE_MAX_BYTES = 64 * 1024
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
 
@@ -44,12 +50,13 @@ def read_token(environ: Mapping[str, str]) -> str:
         )
     if file:
         try:
-            lines = Path(file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
+            # The shared bounded reader: a FIFO, /dev/zero or a huge file is refused at once, never read whole.
+            lines = read_text_bounded(Path(file), TOKEN_FILE_MAX_BYTES, "the token file").splitlines()
+        except (FileNotFoundError, Untrusted) as exc:
             raise ConfigError(
-                f"T4SERVE_MCP_TOKEN_FILE={file}: cannot read it",
-                found=f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}",
-                required="a readable file holding the token",
+                f"T4SERVE_MCP_TOKEN_FILE={printable(file)}: cannot read it",
+                found=exc.reason if isinstance(exc, Untrusted) else f"{printable(file)}: no such file",
+                required=f"a regular UTF-8 file of at most {TOKEN_FILE_MAX_BYTES:,} bytes holding the token",
                 fix=fix,
             ) from None
         value = lines[0].strip() if lines else ""
@@ -71,15 +78,22 @@ def read_token(environ: Mapping[str, str]) -> str:
 
 
 def parse_listen(raw: str) -> tuple[str, int]:
+    """--http HOST:PORT (or PORT alone, on 127.0.0.1): the host through the one host check and the port through the
+    one integer parser (t4serve.untrusted), so `0x10` is no address and `\u0663` no port."""
     host, sep, port = raw.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", raw
     host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    try:
+        return check_host(host), parse_int(port, 1, 65535)
+    except Untrusted as exc:
+        shown = printable(raw[:200])
         raise ConfigError(
-            f"--http {raw}: not HOST:PORT", found=raw, required="e.g. 127.0.0.1:8765", fix="--http 127.0.0.1:8765"
-        )
-    return host, int(port)
+            f"--http {shown}: not HOST:PORT ({exc.reason})",
+            found=shown,
+            required="an IP address or host name, a colon, and a port from 1 to 65535 in ASCII digits",
+            fix="--http 127.0.0.1:8765",
+        ) from None
 
 
 def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
@@ -94,7 +108,7 @@ def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
             loopback = host == "localhost"
         if loopback:
             names += ["127.0.0.1", "localhost", "[::1]"]
-    names += list(extra)
+    names += [_allowed_host(name) for name in extra]
     hosts = list(dict.fromkeys(_with_port(name, port) for name in names))
     if not hosts:
         raise ConfigError(
@@ -104,6 +118,29 @@ def allowed_hosts(host: str, port: int, extra: tuple[str, ...]) -> list[str]:
             fix=f"--allowed-host my-gpu-box (repeatable), or --http 127.0.0.1:{port}",
         )
     return hosts
+
+
+def _allowed_host(raw: str) -> str:
+    """An --allowed-host value, NAME or NAME:PORT ([IPv6]:PORT), through the same host and port checks as --http."""
+    name, port = raw, None
+    if raw.startswith("["):
+        inner, _, rest = raw[1:].partition("]")
+        name, port = inner, rest[1:] if rest.startswith(":") else (rest or None)
+    elif raw.count(":") == 1:
+        name, port = raw.split(":")
+    try:
+        check_host(name)
+        if port is not None:
+            parse_int(port, 1, 65535)
+    except Untrusted as exc:
+        shown = printable(raw[:200])
+        raise ConfigError(
+            f"--allowed-host {shown}: not NAME[:PORT] ({exc.reason})",
+            found=shown,
+            required="a host name or IP address clients connect with, optionally :PORT in ASCII digits",
+            fix="--allowed-host my-gpu-box (or my-gpu-box:8765)",
+        ) from None
+    return raw
 
 
 def _with_port(name: str, port: int) -> str:
@@ -143,16 +180,16 @@ class BearerToken:
             if any(path == p or path.startswith(p + "/") for p in OAUTH_PATHS):
                 await _answer(send, 404, {"error": "not_found", "error_description": STATIC_TOKEN_HELP}, [])
                 return
-            given = b""
-            for key, value in scope.get("headers", []):
-                if key.lower() == b"authorization":
-                    given = value
-            if not bearer_matches(given, self.token):
+            # Exactly one Authorization header: with several, which one a proxy or the app behind reads is not ours
+            # to guess, so more than one is refused like a wrong token.
+            headers = [value for key, value in scope.get("headers", []) if key.lower() == b"authorization"]
+            given = headers[0] if len(headers) == 1 else b""
+            if len(headers) != 1 or not bearer_matches(given, self.token):
                 # RFC 6750 3.1: no error code when no credentials came, invalid_token when wrong ones did.
                 challenge = b'Bearer realm="t4serve mcp"'
-                if given:
+                if headers:
                     challenge += b', error="invalid_token", error_description="the bearer token is not this server\'s"'
-                body = {"error": "invalid_token" if given else "unauthorized", "error_description": STATIC_TOKEN_HELP}
+                body = {"error": "invalid_token" if headers else "unauthorized", "error_description": STATIC_TOKEN_HELP}
                 await _answer(send, 401, body, [(b"www-authenticate", challenge)])
                 return
         await self.app(scope, receive, send)
@@ -245,7 +282,9 @@ def command(
         )
     server = build_server(env, modes=modes)
     if listen is None:
-        server.run("stdio")
+        import anyio
+
+        anyio.run(serve_stdio, server, sys.stdin.buffer)
         return 0
     host, port = parse_listen(listen)
     token = read_token(environ)
@@ -254,7 +293,169 @@ def command(
     import anyio
     import uvicorn
 
+    # Listening first, then announcing: an address that cannot be bound is exit 2 with the reason, where uvicorn
+    # announced nothing useful and exited 3 (which reads as a failed preflight).
+    sock = listen_socket(host, port)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    click.echo(f"t4serve mcp: streamable HTTP on http://{host}:{port}/mcp (bearer token required)", err=True)
-    anyio.run(uvicorn.Server(config).serve)
+    uv = uvicorn.Server(config)
+    click.echo(f"t4serve mcp: streamable HTTP on http://{_url_host(host)}:{port}/mcp (bearer token required)",
+               err=True)
+    try:
+        anyio.run(functools.partial(uv.serve, sockets=[sock]))
+    except SystemExit as exc:  # uvicorn's own exit when the app's startup fails: a bug here, not a setting
+        raise InternalError(
+            "t4serve mcp: the HTTP server did not start",
+            found=f"uvicorn exited {exc.code} while starting the MCP app",
+            required="the MCP SDK's streamable-HTTP app to start",
+            fix="run with the stdio transport (no --http) and report this with the lines above",
+        ) from None
+    finally:
+        sock.close()
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on HOST:PORT, or a ConfigError (exit 2) naming the address and why it cannot be used:
+    in use, not an address of this host, a name that does not resolve, a port below 1024 without the right."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _name, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise _cannot_listen(host, port, exc) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise _cannot_listen(host, port, exc) from None
+    return sock
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"--http {_url_host(host)}:{port}: cannot listen there",
+        found=f"{exc.strerror or exc}",
+        required="a free port on an address of this host",
+        fix=f"stop what listens on port {port} (`ss -ltnp`), or pick another: --http 127.0.0.1:8766",
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# ----- stdio, guarded
+
+
+# One JSON-RPC message over stdio: the same bound as the SDK's streamable HTTP body (4 MiB); a longer line is refused
+# without being held, however long it runs on.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Nesting deeper than any MCP message goes (the tools' arguments nest 3 levels); pydantic's parser stops near 200.
+MAX_MESSAGE_DEPTH = 64
+
+
+async def serve_stdio(server: Any, source: BinaryIO) -> None:
+    """The MCP server over stdio, with every line checked before the SDK sees it (`GuardedLines`): the SDK drops a
+    message it cannot parse without an answer, so a client waits forever for the reply to a malformed request."""
+    from mcp.server.stdio import stdio_server
+
+    lines = GuardedLines(source)
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        lines.answers = write_stream
+        # MCPServer.run_stdio_async, with these lines for stdin (the SDK has no public hook for a filtered stdin).
+        low = server._lowlevel_server
+        await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+class GuardedLines:
+    """stdin as the SDK's stdio transport reads it (an async iterable of lines), each line checked first: at most
+    MAX_MESSAGE_BYTES (a longer one is skipped to its end, never buffered whole), UTF-8, nesting at most
+    MAX_MESSAGE_DEPTH, a JSON-RPC message. A line that fails is answered at once with the JSON-RPC error the spec
+    gives it (-32700 parse error, -32600 invalid request; the request's id when it can be read, else null), through
+    the transport's own writer, and never reaches the SDK; a blank line is skipped."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source = source
+        self.answers: Any = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        import anyio.to_thread
+
+        buffer = bytearray()
+        skipping = False
+        while True:
+            chunk = await anyio.to_thread.run_sync(self._read, abandon_on_cancel=True)
+            ended = not chunk
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0 or (ended and buffer):
+                line = bytes(buffer[:end] if end >= 0 else buffer)
+                del buffer[: end + 1 if end >= 0 else len(buffer)]
+                if skipping:
+                    skipping = False
+                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    continue
+                text = await self._checked(line)
+                if text is not None:
+                    yield text
+            if len(buffer) > MAX_MESSAGE_BYTES:
+                buffer.clear()
+                skipping = True
+            if ended:
+                if skipping:
+                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                return
+
+    def _read(self) -> bytes:
+        read1 = getattr(self.source, "read1", None)
+        return bytes(read1(65536) if read1 is not None else self.source.read(65536))
+
+    async def _checked(self, line: bytes) -> str | None:
+        """The line as the SDK may read it, or None once refused (answered) or blank."""
+        import mcp_types
+        from pydantic import ValidationError
+
+        if not line.strip():
+            return None
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            await self._refuse(None, PARSE_ERROR, f"not UTF-8 (byte {exc.start})")
+            return None
+        depth = json_depth(text)
+        if depth > MAX_MESSAGE_DEPTH:
+            await self._refuse(None, PARSE_ERROR, f"nested {depth} levels deep, more than {MAX_MESSAGE_DEPTH}")
+            return None
+        try:
+            mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except ValidationError:
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                await self._refuse(None, PARSE_ERROR, "not JSON")
+                return None
+            raw_id = data.get("id") if isinstance(data, dict) else None
+            ok_id = isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and len(str(raw_id)) <= 200
+            await self._refuse(raw_id if ok_id else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
+                               "notification or response (jsonrpc \"2.0\", a method, an id of a string or integer)")
+            return None
+        return text
+
+    async def _refuse(self, request_id: str | int | None, code: int, why: str) -> None:
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        title = "Parse error" if code == PARSE_ERROR else "Invalid Request"
+        error = mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                       error=mcp_types.ErrorData(code=code, message=f"{title}: {why}"))
+        print(f"t4serve mcp: refused a message: {title}: {why}", file=sys.stderr, flush=True)
+        if self.answers is not None:
+            await self.answers.send(SessionMessage(error))
+
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600

@@ -11,6 +11,7 @@ import os
 
 import click
 
+from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS
 from t4serve.options import settings_options
 from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
@@ -38,4 +39,14 @@ def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Se
         click.echo(json.dumps({"settings": settings.to_dict(), "plan": the_plan.to_dict()}, indent=2))
     else:
         click.echo("settings:\n" + settings.summary() + "\n\nplan:\n" + the_plan.summary())
+    model = facts.model
+    if model is not None and model.source == "invalid":
+        # The plan above is printed for what it can say; with no checkpoint to size it is no plan to run: exit 2
+        # in both forms, as `roofline` refuses the same checkpoint.
+        raise ConfigError(
+            f"cannot read the checkpoint {settings.model.requested}",
+            found=model.error or "the probe could not read it",
+            required="config.json and readable safetensors headers",
+            fix="re-download the checkpoint, or point T4SERVE_MODEL at a complete checkpoint directory",
+        )
     return 0

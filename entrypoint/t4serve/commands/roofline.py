@@ -15,17 +15,19 @@ import click
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.options import IntText
 from t4serve.pipeline import probe_settings_model
 from t4serve.roofline import roofline
 from t4serve.serde import to_dict
 from t4serve.settings import Settings
+from t4serve.untrusted import MAX_SETTING_INT
 
 
 @click.command("roofline")
 @click.argument("model", required=False)
 @click.option("--gpu", "gpu_key", default="t4", show_default=True,
               type=click.Choice(sorted(KNOWN_GPUS), case_sensitive=False), help="Known GPU whose bandwidth to use.")
-@click.option("--context", default=4096, show_default=True, type=click.IntRange(min=0),
+@click.option("--context", default=4096, show_default=True, type=IntText(0, MAX_SETTING_INT),
               help="Tokens already in the sequence, for the KV bytes each decode step reads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def command(model: str | None, gpu_key: str, context: int, as_json: bool) -> int:

@@ -16,6 +16,7 @@ from t4serve.supervise.readout import default_state_dir, state_dir_option, time_
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
 from t4serve.units import fmt_duration
+from t4serve.untrusted import printable
 
 
 def cold_budget_note(model: str) -> str:
@@ -81,12 +82,14 @@ def render_status(state: ServeState, now: float) -> str:
 def command(state_dir: Path | None, as_json: bool) -> int:
     """Print the server's phase, figures vs the plan's predictions, and time-to-ready."""
     folder = state_dir or default_state_dir()
+    # Both files are read before anything is printed, in both forms: an unreadable one is exit 2 with found /
+    # required / fix whether the caller asked for text or JSON (JSON once printed the state and exited 0).
     state = read_state(folder)
+    request = read_exit_request(folder)
     if as_json:
         click.echo(json.dumps(to_dict(state), indent=2))
         return 0
     click.echo(render_status(state, time.time()))
-    request = read_exit_request(folder)
     if request is not None:
-        click.echo(f"ending:   the container is exiting {request.code}: {request.reason}")
+        click.echo(f"ending:   the container is exiting {request.code}: {printable(request.reason)}")
     return 0

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from t4serve.options import FloatText, IntText
 from t4serve.settings import VARIABLES_BY_NAME
 from t4serve.telemetry import LOG_EVERY_S, run
 
@@ -15,14 +16,14 @@ from t4serve.telemetry import LOG_EVERY_S, run
               help="Address /metrics binds (serve passes T4SERVE_TELEMETRY_HOST).")  # fmt: skip
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=IntText(0, 65535),
     # Not read from T4SERVE_TELEMETRY_PORT: there 0 means "no telemetry program", here it means "any free port".
     default=int(VARIABLES_BY_NAME["T4SERVE_TELEMETRY_PORT"].default or 0),
     show_default=True,
     help="Port of /metrics (0 picks a free one; serve passes T4SERVE_TELEMETRY_PORT).",
 )
-@click.option("--duration", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
-@click.option("--log-every", type=click.FloatRange(min=0.1), default=LOG_EVERY_S, show_default=True)
+@click.option("--duration", type=FloatText(0.0, 1e9), default=None, help="Stop after this many seconds.")
+@click.option("--log-every", type=FloatText(0.1, 86400.0), default=LOG_EVERY_S, show_default=True)
 def command(host: str, port: int, duration: float | None, log_every: float) -> int:
     """Sample NVML; without NVML say so once and exit 0 (supervisord leaves it stopped)."""
     return run(host, port, sys.stdout, duration_s=duration, log_every_s=log_every)

@@ -6,29 +6,32 @@ fields) without importing torch. A missing or malformed file is a `BuildManifest
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from t4serve.errors import ConfigError
 from t4serve.facts import BuildManifest
 from t4serve.serde import from_dict
+from t4serve.untrusted import Untrusted, loads_json, read_bounded
 
 MISSING_MEANS = "not running in the t4serve image, or the image was built without its manifest"
 # The writer stores the whole BuildManifest; these describe the reading, so the reader sets them, not the file.
 _READER_FIELDS = ("path", "present", "error")
+# The manifest holds versions, an arch list and the clamp proof: a few KB.
+MAX_MANIFEST_BYTES = 1 << 20
 
 
 def probe_manifest(path: str) -> BuildManifest:
     try:
-        text = Path(path).read_text()
+        # T4SERVE_MANIFEST may name anything: bounded, non-blocking (a FIFO or /dev/zero is refused at once).
+        raw = read_bounded(Path(path), MAX_MANIFEST_BYTES, "the build manifest")
     except FileNotFoundError:
         return BuildManifest(path=path, present=False, error=f"no build manifest at {path}: {MISSING_MEANS}")
-    except OSError as exc:
-        return BuildManifest(path=path, present=False, error=f"cannot read the build manifest {path}: {exc}")
+    except Untrusted as exc:
+        return BuildManifest(path=path, present=False, error=exc.reason)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return BuildManifest(path=path, present=False, error=f"the build manifest {path} is not JSON: {exc}")
+        data = loads_json(raw, f"the build manifest {path}")
+    except Untrusted as exc:
+        return BuildManifest(path=path, present=False, error=exc.reason)
     if not isinstance(data, dict):
         return BuildManifest(
             path=path, present=False, error=f"the build manifest {path} is not a JSON object: {type(data).__name__}"

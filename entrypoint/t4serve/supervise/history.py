@@ -8,20 +8,23 @@ that into seconds left from the current phase. A missing or unreadable history o
 
 from __future__ import annotations
 
-import fcntl
 import json
 import statistics
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4serve.atomic import write_atomic
+from t4serve.atomic import locked, write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
 from t4serve.supervise.state import LOADING_PHASES
+from t4serve.untrusted import Untrusted, load_json_file
 
 HISTORY_FILE = "start-history.json"
 LOCK_FILE = "start-history.lock"
 MAX_RECORDS = 50
+# 50 records of a few hundred bytes each; far more is not a file this module wrote.
+MAX_HISTORY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -54,22 +57,24 @@ def load(cache_dir: Path) -> tuple[list[StartRecord], str | None]:
     """The records, and why they could not be read (None when fine or simply absent)."""
     path = cache_dir / HISTORY_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # The cache volume is shared and writable by whatever runs there: bounded, non-blocking, untrusted JSON.
+        data = load_json_file(path, MAX_HISTORY_BYTES, "the start history")
     except FileNotFoundError:
         return [], None
-    except (OSError, json.JSONDecodeError) as exc:
-        return [], f"{path}: {exc}"
+    except Untrusted as exc:
+        return [], exc.reason
     try:
         return from_dict(list[StartRecord], data), None
     except ConfigError as exc:
         return [], f"{path}: {exc.what}"
 
 
-def append(cache_dir: Path, record: StartRecord) -> None:
+def append(cache_dir: Path, record: StartRecord, stop: threading.Event | None = None) -> None:
+    """Add `record`. OSError when the folder cannot be written, LockError when the lock is not a regular file or
+    stays held past atomic.LOCK_TIMEOUT_S (or `stop` is set): the caller loses the estimate, never its start."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Read-modify-write under an exclusive lock, so two servers finishing together do not drop each other's record.
-    with open(cache_dir / LOCK_FILE, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(cache_dir / LOCK_FILE, stop=stop):
         records, _ = load(cache_dir)
         kept = [*records, record][-MAX_RECORDS:]
         write_atomic(cache_dir / HISTORY_FILE, json.dumps(to_dict(kept), indent=1) + "\n")

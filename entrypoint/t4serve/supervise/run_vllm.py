@@ -22,6 +22,7 @@ from types import FrameType
 from typing import IO
 
 from t4serve import compilation
+from t4serve.atomic import LockError
 from t4serve.httpclient import local_url
 from t4serve.supervise import history
 from t4serve.supervise.canary import run_canary
@@ -106,7 +107,10 @@ class Wrapper:
         self.lock = threading.RLock()
         self.lines: collections.deque[str] = collections.deque(maxlen=DIAGNOSIS_LINES)
         self.stopping = threading.Event()
+        # Set by every stop signal, even one that comes after vLLM exited: waits for a lock give up on it at once.
+        self.signalled = threading.Event()
         self.child: subprocess.Popen[str] | None = None
+        self.save_failed = False
         now = time.time()
         self.state = self._initial_state(now)
         self.tracker = PhaseTracker(now, on_phase=self._on_phase)
@@ -117,7 +121,10 @@ class Wrapper:
         self.compile_key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
         record, problem = compilation.load_record(Path(spec.cache_dir), self.compile_key)
         if problem:
-            self.say(f"compile record unreadable, starting from the top of the ladder ({problem})")
+            # A record of the wrong shape or a file that is not one: moved aside so the ladder starts over and
+            # this start's outcome can be recorded (it would otherwise be refused again at every start).
+            self.say(compilation.set_aside(Path(spec.cache_dir), problem) if self.ladder else
+                     f"compile record unusable, not used ({problem})")
         self.compile_record = record
         self.rung = compilation.choose_rung(self.ladder, record)
         self.argv = [*spec.argv, *(self.rung.flags if self.rung else ())]
@@ -147,7 +154,13 @@ class Wrapper:
     def _save(self) -> None:
         with self.lock:
             self.state = replace(self.state, updated_at=time.time(), figures=dict(self.tracker.figures))
-            write_state(self.state_dir, self.state)
+            try:
+                write_state(self.state_dir, self.state)
+            except OSError as exc:  # a state folder replaced or made read-only: vLLM goes on, said once
+                if not self.save_failed:
+                    self.save_failed = True
+                    self.say(f"cannot write the state file in {self.state_dir}: {exc.strerror or exc}; status and "
+                             "healthcheck will not see this attempt's progress")
 
     def _on_phase(self, phase: str, now: float) -> None:
         with self.lock:
@@ -198,6 +211,7 @@ class Wrapper:
         return True
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.signalled.set()
         if not self._begin_stop():
             return
         self.say(
@@ -282,18 +296,24 @@ class Wrapper:
             history.append(
                 Path(self.spec.cache_dir),
                 history.StartRecord(self.spec.model, self.spec.gpu_name, now, round(total, 3), durations),
+                stop=self.signalled,
             )
-        except OSError as exc:  # a read-only cache volume costs the estimate, not the server
-            self.say(f"could not record this start in {self.spec.cache_dir}: {exc}")
+        except (OSError, LockError) as exc:  # a read-only cache volume or a stuck lock costs the estimate only
+            reason = exc.reason if isinstance(exc, LockError) else str(exc)
+            self.say(f"could not record this start in {self.spec.cache_dir}: {reason}")
         if self.rung is not None and (self.compile_record or {}).get("rung") != self.rung.name:
             self._record_rung(self.rung.name, failed=None)
 
-    def _record_rung(self, rung: str, failed: str | None) -> None:
+    def _record_rung(self, rung: str, failed: str | None) -> str | None:
+        """Record `rung` for the next start; why it could not be, or None. A stuck lock costs seconds, a stop
+        signal nothing (it gives up at once), never the wrapper's exit."""
         try:
             compilation.record_outcome(Path(self.spec.cache_dir), self.compile_key, rung=rung, failed=failed,
-                                       model=self.spec.model, gpu_name=self.spec.gpu_name)
-        except OSError as exc:  # a read-only cache volume: the next start climbs the ladder again
-            self.say(f"could not record compile rung {rung} in {self.spec.cache_dir}: {exc}")
+                                       model=self.spec.model, gpu_name=self.spec.gpu_name, stop=self.signalled)
+        except compilation.RecordError as exc:  # a read-only cache volume: the next start climbs the ladder again
+            self.say(f"could not record compile rung {rung} in {self.spec.cache_dir}: {exc.reason}")
+            return exc.reason
+        return None
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -353,12 +373,16 @@ class Wrapper:
         if diagnosis is not None and diagnosis.name == "compile_oom" and self.rung is not None:
             lower = compilation.next_rung(self.ladder, self.rung)
             if lower is not None:
-                self._record_rung(lower.name, failed=self.rung.name)
-                diagnosis = replace(
-                    diagnosis,
-                    fix=f"t4serve restarts vLLM with compile rung {lower.name} ({lower.what}) and remembers it in "
-                    f"{self.spec.cache_dir}; to choose yourself, set T4SERVE_COMPILE",
+                problem = self._record_rung(lower.name, failed=self.rung.name)
+                fix = (
+                    f"t4serve restarts vLLM with compile rung {lower.name} ({lower.what}) and remembers it in "
+                    f"{self.spec.cache_dir}; to choose yourself, set T4SERVE_COMPILE"
+                    if problem is None
+                    # The state says so: the restart would start the same rung again.
+                    else f"t4serve could not record compile rung {lower.name} ({problem}), so a restart starts "
+                    f"{self.rung.name} again: set T4SERVE_COMPILE={lower.name}, and fix the cache folder"
                 )
+                diagnosis = replace(diagnosis, fix=fix)
         with self.lock:
             self.state = replace(
                 self.state,

@@ -11,6 +11,11 @@ argument that is neither a t4serve command nor an option (`-...`) is a program: 
 arguments, so `docker run IMAGE echo hi` prints hi and `docker run -it IMAGE bash` gives a shell (the docker-library
 convention, checked by its `override-cmd` test). A name that is neither a command nor a program on PATH is the usage
 error click gave before, exit 2.
+
+The server-flags rule: an argument list that starts with an option other than the group's own (`--help`, `-h`,
+`--version`) is `t4serve serve` with those options, so `docker run IMAGE --max-model-len 4096` works as it does with
+vLLM's and TGI's images (t4serve's serve options carry vLLM's flag names). An option `serve` does not know is a usage
+error that says where vLLM's other flags go (`--vllm-args`), or why t4serve refuses that flag.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import click
 
 from t4serve import __version__
 from t4serve.errors import ConfigError, T4ServeError
+from t4serve.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
 
 COMMANDS_PACKAGE = "t4serve.commands"
 
@@ -54,6 +60,10 @@ INTERNAL_COMMANDS: dict[str, str] = {
     "run-vllm": "run_vllm",
     "telemetry": "telemetry",
 }
+
+
+# The group's own options; any other option first means `serve` (the server-flags rule above).
+GROUP_OPTIONS = ("-h", "--help", "--version")
 
 
 def is_command(name: str) -> bool:
@@ -122,10 +132,40 @@ def exec_program(args: Sequence[str]) -> None:
         ) from None
 
 
+def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> ConfigError:
+    """The usage error for an option `t4serve serve` does not know: a flag t4serve refuses says why, anything else
+    where vLLM's other flags go (--vllm-args). Never quotes a value (`--hf-token=...` shows as `--hf-token`)."""
+    option = exc.option_name
+    close = f" (did you mean {' or '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
+    # click names a short option by its first letter (-t of -tp 2); the argument as given says which flag it was.
+    token = next((a for a in args if a.startswith(option)), option).split("=", 1)[0]
+    # A shortened serve option (--max-model-le) is a typo of t4serve's own, not a refused vLLM flag.
+    own = [o for param in exc.ctx.command.params for o in param.opts] if exc.ctx is not None else []
+    typo = any(names_flag(canonical_flag(token), o) for o in own if o in CONTROLLED_FLAGS)
+    refusal = None if typo else vllm_flag_refusal(token)
+    if refusal is not None:
+        return ConfigError(
+            f"t4serve serve has no option {token}{close}",
+            found=f"{token}, a `vllm serve` flag t4serve refuses: {refusal}",
+            required="t4serve serve's options (`t4serve serve --help`)",
+            fix="leave the flag out (its reason is above); `t4serve serve --help` lists what can be set",
+        )
+    return ConfigError(
+        f"t4serve serve has no option {option}{close}",
+        found=f"{option} among the arguments of `t4serve serve` (arguments after the image name that start with an "
+        "option are serve's)",
+        required="t4serve serve's options (`t4serve serve --help`); vLLM's other flags go in --vllm-args",
+        fix=f"if {option} is a `vllm serve` flag: --vllm-args '{option} ...' (or the variable T4SERVE_VLLM_ARGS); "
+        "`t4serve serve --help` lists serve's own options",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args and not args[0].startswith("-") and not is_command(args[0]):
+        if args and args[0].startswith("-") and args[0] not in GROUP_OPTIONS:
+            args = ["serve", *args]
+        elif args and not args[0].startswith("-") and not is_command(args[0]):
             exec_program(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
@@ -134,6 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("t4serve: aborted", err=True)
         return 130
+    except click.NoSuchOption as exc:
+        if args[:1] != ["serve"] or exc.ctx is None or exc.ctx.info_name != "serve":
+            exc.show()
+            return exc.exit_code
+        error = unknown_serve_option(exc, args)
+        click.echo(f"t4serve: {error.message()}", err=True)
+        return error.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

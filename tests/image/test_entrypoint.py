@@ -72,3 +72,21 @@ def test_no_hard_coded_passwords(run_in_image: RunInImage) -> None:
     for user, field in fields.items():
         password = shadowed.get(user, "") if field == "x" else field
         assert password in ("", "*") or password.startswith("!"), f"{user} has a password: {password[:3]}..."
+
+
+def test_options_after_the_image_name_are_serves(run_in_image: RunInImage) -> None:
+    """`docker run IMAGE --max-model-len ...`, as vLLM's and TGI's images take server flags: serve's own option
+    handling answers (a bad value names the variable; a good one gets serve as far as this GPU-less host allows)."""
+    out = run_in_image("--max-model-len", "nope")
+    assert out.returncode == 2, out
+    assert "T4SERVE_MAX_MODEL_LEN=nope (from --max-model-len): must be" in out.stderr
+    out = run_in_image("--max-model-len", "4096", "--gpu-memory-utilization", "0.8", timeout=180)
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text  # serve ran: its preflight finds no GPU here
+    assert "preflight failed" in text and "Traceback" not in text
+    out = run_in_image("--tensor-parallel-size", "2")
+    assert out.returncode == 2, out
+    assert "a `vllm serve` flag t4serve refuses: t4serve serves one GPU" in out.stderr
+    out = run_in_image("--enable-prefix-caching")
+    assert out.returncode == 2, out
+    assert "--vllm-args '--enable-prefix-caching ...'" in out.stderr

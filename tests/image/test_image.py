@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -152,16 +153,56 @@ def test_labels_equal_the_manifest(image_config: dict[str, Any], manifest_data: 
         assert labels[label] == manifest_data[field], f"label {label}={labels[label]!r}, manifest {field}"
 
 
+WRITES = "/cache/huggingface /cache/compile/triton /cache/compile/vllm /cache/compile/inductor /cache/t4serve " \
+    "/tmp/t4serve /home/t4serve"
+
+
 def test_runs_as_non_root_and_owns_its_caches(run_in_image: RunInImage, image_config: dict[str, Any]) -> None:
     assert image_config["User"] == "t4serve"
-    dirs = "/cache/huggingface /cache/compile/triton /cache/t4serve /tmp/t4serve"
-    code = f"id -u; id -g; for d in {dirs}; do touch $d/w; done"
+    code = f"id -u; id -g; for d in {WRITES}; do touch $d/w; done"
     out = run_in_image("-c", code, entrypoint="sh")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["1000", "1000"]
     # The venv (and the patched vLLM in it) is not writable by the server.
     out = run_in_image("-c", "touch /opt/venv/lib/probe", entrypoint="sh")
     assert out.returncode != 0
+
+
+def random_uid() -> str:
+    """An arbitrary uid with no passwd entry, as OpenShift assigns from a project's range."""
+    return str(random.randint(100_000, 2_000_000_000))
+
+
+def test_what_it_writes_belongs_to_group_0_with_the_owners_permissions(run_in_image: RunInImage) -> None:
+    """OpenShift's image guidelines: an arbitrary uid runs in group 0, so the paths the program writes are group 0's,
+    with the group's permissions equal to the owner's; HOME is set (no passwd entry gives none)."""
+    out = run_in_image("-c", f"stat -c '%n %U %g %A' {WRITES}", entrypoint="sh")
+    assert out.returncode == 0, out.stderr
+    for line in out.stdout.splitlines():
+        name, owner, group, mode = line.split()
+        assert (owner, group) == ("t4serve", "0"), line
+        assert mode[1:4] == mode[4:7], f"{name}: group permissions {mode[4:7]} differ from the owner's {mode[1:4]}"
+    uid = random_uid()
+    code = f'echo "$HOME $(pwd) $(id -u) $(id -g)"; for d in {WRITES}; do touch $d/w || exit 1; done'
+    out = run_in_image("-c", code, entrypoint="sh", user=f"{uid}:0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["/home/t4serve", "/home/t4serve", uid, "0"]
+
+
+def test_any_uid_in_group_0_plans_and_answers_the_healthcheck(run_in_image: RunInImage) -> None:
+    """`docker run --user UID:0` (OpenShift, Kubernetes runAsUser): plan and healthcheck run, no traceback. The serve
+    path under such a uid runs in tests/image/test_supervision.py."""
+    uid = random_uid()
+    out = run_in_image("plan", "--gpu", "t4", user=f"{uid}:0", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "vllm serve" in out.stdout and "--max-model-len" in out.stdout
+    # Docker's own form: a bare uid runs in group 0.
+    out = run_in_image("plan", "--gpu", "t4", "--json", user=uid, env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["argv"][:2] == ["vllm", "serve"]
+    out = run_in_image("healthcheck", user=f"{uid}:0")
+    assert out.returncode == 1, out
+    assert out.stderr.startswith("t4serve healthcheck: not ready: ") and "Traceback" not in out.stderr
 
 
 def test_triton_jit_can_build_its_c_module(run_in_image: RunInImage) -> None:

@@ -16,17 +16,24 @@ The server-flags rule: an argument list that starts with an option other than th
 `--version`) is `t4serve serve` with those options, so `docker run IMAGE --max-model-len 4096` works as it does with
 vLLM's and TGI's images (t4serve's serve options carry vLLM's flag names). An option `serve` does not know is a usage
 error that says where vLLM's other flags go (`--vllm-args`), or why t4serve refuses that flag.
+
+A configuration error of `serve` (exit 2) under T4SERVE_ON_CONFIG_ERROR=wait (compose.yaml sets it) prints the
+error, leaves it in the state folder for `healthcheck` and `status`, and waits for a stop signal before exiting 2:
+Docker's `restart: unless-stopped` restarts any exit, so exiting would rerun a setting that cannot work forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import os
 import shutil
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -160,6 +167,48 @@ def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> Config
     )
 
 
+def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
+    """`serve`'s T4SERVE_ON_CONFIG_ERROR (its flag first) says `wait`; a value that does not parse means `exit` (its
+    own error is among those printed)."""
+    from t4serve.settings import VARIABLES_BY_NAME
+    from t4serve.variables import Context, Invalid
+
+    var = VARIABLES_BY_NAME["T4SERVE_ON_CONFIG_ERROR"]
+    raw = environ.get(var.name, "")
+    for i, arg in enumerate(args):
+        if arg == var.option and i + 1 < len(args):
+            raw = args[i + 1]
+        elif var.option is not None and arg.startswith(var.option + "="):
+            raw = arg.split("=", 1)[1]
+    try:
+        return bool(raw) and var.parse(raw, Context(environ, Path("/"))) == "wait"
+    except Invalid:
+        return False
+
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+
+
+def wait_after_config_error(message: str) -> None:
+    """Leave `message` in the state folder for healthcheck and status, say why this process does not exit, and
+    return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
+    from t4serve.atomic import write_atomic
+    from t4serve.supervise.readout import default_state_dir
+    from t4serve.supervise.state import CONFIG_ERROR_FILE
+
+    # Blocked first, so a stop signal sent while the file is written waits for sigwait instead of being lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    with contextlib.suppress(OSError):  # a state folder that cannot be written only loses the healthcheck's line
+        write_atomic(default_state_dir() / CONFIG_ERROR_FILE, message + "\n", mode=0o600)
+    click.echo(
+        "t4serve: T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting, so a restart policy "
+        "does not rerun a setting that cannot work; fix it, then `docker compose up -d` (it recreates the "
+        "container) or `docker compose down`",
+        err=True,
+    )
+    signal.sigwait(STOP_SIGNALS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -169,8 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             exec_program(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
-        click.echo(f"t4serve: {exc.message()}", err=True)
-        return exc.exit_code
+        return _failed(exc.exit_code, exc.message(), args)
     except click.exceptions.Abort:
         click.echo("t4serve: aborted", err=True)
         return 130
@@ -179,10 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             exc.show()
             return exc.exit_code
         error = unknown_serve_option(exc, args)
-        click.echo(f"t4serve: {error.message()}", err=True)
-        return error.exit_code
+        return _failed(error.exit_code, error.message(), args)
     except click.ClickException as exc:
         exc.show()
+        if args[:1] == ["serve"] and exc.exit_code == ConfigError.exit_code:
+            return _failed(exc.exit_code, exc.format_message(), args, shown=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
@@ -191,6 +240,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _failed(code: int, message: str, args: Sequence[str], shown: bool = False) -> int:
+    """Print a failure (unless click has), then exit with its code; `serve`'s configuration error waits first when
+    T4SERVE_ON_CONFIG_ERROR=wait."""
+    if not shown:
+        click.echo(f"t4serve: {message}", err=True)
+    if code == ConfigError.exit_code and args[:1] == ["serve"] and config_error_waits(args, dict(os.environ)):
+        wait_after_config_error(message)
+    return code
 
 
 if __name__ == "__main__":

@@ -45,6 +45,12 @@ COMPOSE_VARIABLES = (
     "T4SERVE_VOLUME_PREFIX",
     "HF_TOKEN_SECRET_FILE",
 )
+HOST_SIDE_FIX = (
+    "run it on the host, not in the image: from a checkout of t4serve, `pip install .` (Python >= 3.11; a venv "
+    "keeps it apart), then `t4serve host-check --compose-file compose.yaml` (docs/mcp.md, Install and run)"
+)
+# Files a container runtime leaves at the root of a container, and the t4serve image's own manifest.
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", MANIFEST_PATH)
 ENGINE_FIX = (
     "start the Docker engine (`sudo systemctl start docker`) and check that this user may use it (`docker info`)"
 )
@@ -125,6 +131,11 @@ class Engine(Protocol):
     def copy_out(self, container: str, source: str, destination: Path) -> None: ...
 
 
+def inside_a_container() -> str | None:
+    """Which marker says this process runs in a container (the t4serve image or any other), or None."""
+    return next((marker for marker in CONTAINER_MARKERS if os.path.exists(marker)), None)
+
+
 def find_compose(docker: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The compose client: T4SERVE_MCP_COMPOSE (shell words), else `docker compose` when the plugin answers, else
     `docker-compose` on PATH."""
@@ -195,6 +206,15 @@ class DockerCli:
                 stdin=subprocess.DEVNULL,
             )
         except FileNotFoundError:
+            container = inside_a_container()
+            if container is not None:
+                raise EngineError(
+                    f"cannot run {argv[0]}: this is a container ({container}), and `t4serve host-check` and "
+                    "`t4serve mcp` are host-side commands",
+                    found=f"{argv[0]}: no such command inside the container",
+                    required="the host's Docker client and engine, and its NVIDIA driver, which they check",
+                    fix=HOST_SIDE_FIX,
+                ) from None
             raise EngineError(
                 f"cannot run {argv[0]}",
                 found=f"{argv[0]}: no such command",
@@ -406,7 +426,7 @@ def _fix_for(last_line: str) -> str:
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return ENGINE_FIX
     if "secret" in text and ("not found" in text or "no such file" in text):
-        return "write the HF token to the secret file compose.yaml names (README: The two commands)"
+        return "write the HF token to the secret file compose.yaml names (README: First run)"
     if "port is already allocated" in text or "address already in use" in text:
         return "stop what holds the port, or start with another publish_port"
     return "run the same command by hand to see its whole output"

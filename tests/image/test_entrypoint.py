@@ -90,3 +90,10 @@ def test_options_after_the_image_name_are_serves(run_in_image: RunInImage) -> No
     out = run_in_image("--enable-prefix-caching")
     assert out.returncode == 2, out
     assert "--vllm-args '--enable-prefix-caching ...'" in out.stderr
+
+
+def test_host_check_in_the_image_says_it_runs_on_the_host(run_in_image: RunInImage) -> None:
+    out = run_in_image("host-check")
+    assert out.returncode == 5, out
+    assert "are host-side commands" in out.stderr and "run it on the host, not in the image" in out.stderr
+    assert "`pip install .`" in out.stderr and "install Docker" not in out.stderr and "Traceback" not in out.stderr

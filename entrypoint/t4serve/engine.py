@@ -46,8 +46,9 @@ COMPOSE_VARIABLES = (
     "HF_TOKEN_SECRET_FILE",
 )
 HOST_SIDE_FIX = (
-    "run it on the host, not in the image: from a checkout of t4serve, `pip install .` (Python >= 3.11; a venv "
-    "keeps it apart), then `t4serve host-check --compose-file compose.yaml` (docs/mcp.md, Install and run)"
+    "`t4serve host-check` and `t4serve mcp` are host-side commands: run them on the host, not in the image. From a "
+    "checkout of t4serve, `pip install .` (Python >= 3.11; a venv keeps it apart), then `t4serve host-check "
+    "--compose-file compose.yaml` (docs/mcp.md, Install and run)"
 )
 # Files a container runtime leaves at the root of a container, and the t4serve image's own manifest.
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", MANIFEST_PATH)
@@ -211,7 +212,7 @@ class DockerCli:
                 raise EngineError(
                     f"cannot run {argv[0]}: this is a container ({container}), and `t4serve host-check` and "
                     "`t4serve mcp` are host-side commands",
-                    found=f"{argv[0]}: no such command inside the container",
+                    found=f"{argv[0]}: no such command inside this container ({container})",
                     required="the host's Docker client and engine, and its NVIDIA driver, which they check",
                     fix=HOST_SIDE_FIX,
                 ) from None

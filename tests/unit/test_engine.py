@@ -166,7 +166,9 @@ def test_a_missing_client_inside_a_container_says_host_check_runs_on_the_host(
         cli.info()
     message = info.value.message()
     assert f"this is a container ({marker})" in message and "are host-side commands" in message
-    assert "run it on the host, not in the image" in message and "`pip install .`" in message
+    assert f"no such command inside this container ({marker})" in message
+    assert "are host-side commands: run them on the host, not in the image" in message
+    assert "`pip install .`" in message
     assert "install Docker" not in message
     monkeypatch.setattr("t4serve.engine.CONTAINER_MARKERS", (str(tmp_path / "absent"),))
     with pytest.raises(EngineError) as info:

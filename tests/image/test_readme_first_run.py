@@ -6,7 +6,8 @@ They run in a copy of the checkout (never the working tree's secrets/), with the
 what keeps a test apart from a real server on this engine: a fresh image tag, so compose really builds (on the base
 the image under test was built on, as a host that cannot pull does; most layers come from the build cache), its own
 volume names and free host ports. No GPU here: `up` builds, then the engine refuses the nvidia reservation with the
-message the README's troubleshooting names first."""
+message the README's troubleshooting names first. Like the README's `chown 1000` line, it runs as root (CI) or as
+uid 1000; another user needs the `sudo` the README names."""
 
 from __future__ import annotations
 

@@ -40,7 +40,6 @@ import click
 
 from t4serve import __version__
 from t4serve.errors import ConfigError, T4ServeError
-from t4serve.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
 
 COMMANDS_PACKAGE = "t4serve.commands"
 
@@ -142,6 +141,9 @@ def exec_program(args: Sequence[str]) -> None:
 def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> ConfigError:
     """The usage error for an option `t4serve serve` does not know: a flag t4serve refuses says why, anything else
     where vLLM's other flags go (--vllm-args). Never quotes a value (`--hf-token=...` shows as `--hf-token`)."""
+    # Here, not at the top: the healthcheck, which runs every 30 s, never pays for it.
+    from t4serve.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
+
     option = exc.option_name
     close = f" (did you mean {' or '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
     # click names a short option by its first letter (-t of -tp 2); the argument as given says which flag it was.

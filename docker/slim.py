@@ -127,13 +127,19 @@ SERVING_MODULES: dict[str, list[str]] = {
         "vllm.model_executor.kernels.linear.mixed_precision.marlin",
     ],
 }
-# vLLM's compiled CUDA extensions that serving imports (module -> library under site-packages); see stand_in_t4.
+# vLLM's compiled CUDA extension that serving imports (module -> library under site-packages); see stand_in_t4. The
+# MoE and FlashAttention-2 libraries are slimmed (docker/slim.json), so the walk imports without them, as a T4 does.
 CUDA_EXTENSIONS = {
     "vllm._C_stable_libtorch": "vllm/_C_stable_libtorch.abi3.so",
-    "vllm._moe_C_stable_libtorch": "vllm/_moe_C_stable_libtorch.abi3.so",
-    "vllm.vllm_flash_attn._vllm_fa2_C": "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
 }
-OP_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar")
+OP_NAMESPACES = ("_C", "_C_cache_ops", "_C_custom_ar")
+# What vLLM's FlashAttention checks answer on the stand-in T4 once the libraries are gone (see flash_attention_on_t4).
+FLASH_ATTENTION_ON_T4 = {
+    "package_imported": True,
+    "fa2_available": False,
+    "fa3_available": False,
+    "versions_supported": [],
+}
 CUTLASS_PROBES = (
     "cutlass_scaled_mm_supports_fp8",
     "cutlass_scaled_mm_supports_block_fp8",
@@ -192,6 +198,16 @@ def remove(spec: dict[str, Any]) -> None:
         )
     for path in paths:
         freed[str(path.relative_to(SITE))] = tree_bytes(path)
+    rewrites = [(SITE / r["path"], r["old"], r["new"]) for r in spec.get("rewrites", [])]
+    for path, old, _ in rewrites:
+        found = path.read_text().count(old) if path.is_file() else 0
+        if found != 1:
+            fail(
+                f"docker/slim.json rewrites text that {path} does not hold exactly once",
+                f"{found} occurrence(s) of {old.splitlines()[0]!r}",
+                "the statement as the pinned vLLM has it, once",
+                "update the rewrite in docker/slim.json for the pinned version (or drop it with the path it serves)",
+            )
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *names], check=True)
     for path in paths:
         if path.is_dir() and not path.is_symlink():
@@ -212,6 +228,14 @@ def remove(spec: dict[str, Any]) -> None:
             "none of docker/slim.json's entries installed",
             "read pip's output above",
         )
+    # Imported here, not at the top: STARTUP (the modules the records leave out) must not grow with it.
+    import py_compile
+
+    for path, old, replacement in rewrites:
+        path.write_text(path.read_text().replace(old, replacement))
+        # The runtime user cannot write __pycache__: a stale .pyc would be recompiled in memory at every start.
+        py_compile.compile(str(path), doraise=True)
+        print(f"  rewrote {path.relative_to(SITE)}: {old.splitlines()[0]!r}")
     for what, size in sorted(freed.items(), key=lambda kv: -kv[1]):
         print(f"  removed {size / 1e6:8.1f} MB  {what}")
     print(
@@ -256,6 +280,7 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
             "the sampler built and the kernel chosen without a removed package",
             "set the vLLM switch that avoids the removed package (docker/slim.json switches) or keep the package",
         )
+    flash_attention = flash_attention_on_t4()
     routes = build_app_routes()
     lacking = [r for r in REQUIRED_ROUTES if r not in routes]
     if lacking:
@@ -274,6 +299,7 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
         "modules": imported,
         "routes": sorted(routes),
         "decisions_on_t4": decisions,
+        "flash_attention_on_t4": flash_attention,
         "switches_as_vllm_reads_them": {name: str(getattr(envs, name)) for name in spec["switches"]},
         "top_level_at_start": sorted(STARTUP),
         "top_level_imported": sorted({name.split(".")[0] for name in sys.modules} - STARTUP),
@@ -281,6 +307,15 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def prove(spec: dict[str, Any], record: Path) -> None:
+    for rewrite in spec.get("rewrites", []):
+        text = (SITE / rewrite["path"]).read_text()
+        if rewrite["old"] in text or rewrite["new"] not in text:
+            fail(
+                f"docker/slim.json's rewrite of {rewrite['path']} is not in effect",
+                "the old statement still there" if rewrite["old"] in text else "the new text missing",
+                "the rewrite applied by `slim.py remove`",
+                "run `slim.py remove` before `prove` (the Dockerfile does)",
+            )
     removed_modules = sorted({m for d in spec["distributions"] for m in d["modules"]})
     # A removed module must not even be findable: a stray .pth or namespace folder would hide a half-removal.
     findable = [m for m in removed_modules if importlib.util.find_spec(m) is not None]
@@ -310,8 +345,8 @@ def stand_in_t4() -> None:
     """Make vLLM import as it does on a T4, without a GPU, so the proof follows the CUDA branches vLLM takes at import
     (`if current_platform.is_cuda(): from ... import ...`) instead of the GPU-less ones.
 
-    vLLM's compiled extensions link libcuda.so.1, which only the container toolkit provides at run time: each becomes
-    an empty module here, after checking its library is in the image (none of them is ever slimmed). The platform is
+    vLLM's compiled extension links libcuda.so.1, which only the container toolkit provides at run time: it becomes an
+    empty module here, after checking its library is in the image (it is never slimmed). The platform is
     vLLM's CUDA platform with the device queries answered for a T4 (capability 7.5, 15,360 MiB), as
     tests/oracle/kv_oracle.py does; the cutlass capability probes answer as on a T4.
     """
@@ -423,6 +458,29 @@ def runtime_decisions() -> dict[str, object]:
             "set the vLLM switch docker/slim.json names for the differing choice",
         )
     return decisions
+
+
+def flash_attention_on_t4() -> dict[str, object]:
+    """vLLM's FlashAttention package as the T4 path meets it: imported (the attention layers import it on CUDA), with
+    no library, and every version refused by vLLM's own check on a T4 (FA2 and FA3 absent, FA4 below its capability),
+    so nothing can call a removed kernel. The walk has imported it by now; a failure here is the finding."""
+    import vllm.vllm_flash_attn as fa
+    from vllm.vllm_flash_attn.flash_attn_interface import FA2_AVAILABLE, FA3_AVAILABLE
+
+    found = {
+        "package_imported": "vllm.vllm_flash_attn" in sys.modules,
+        "fa2_available": FA2_AVAILABLE,
+        "fa3_available": FA3_AVAILABLE,
+        "versions_supported": [v for v in (2, 3, 4) if fa.is_fa_version_supported(v)],
+    }
+    if found != FLASH_ATTENTION_ON_T4:
+        fail(
+            "vLLM's FlashAttention package is not as the slimmed image needs it on a T4",
+            json.dumps(found),
+            json.dumps(FLASH_ATTENTION_ON_T4),
+            "keep FlashAttention's library (drop it from docker/slim.json) or restore the rewrite of its __init__.py",
+        )
+    return {**found, "fa2_refused_because": fa.fa_version_unsupported_reason(2)}
 
 
 def build_app_routes() -> set[str]:

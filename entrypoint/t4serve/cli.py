@@ -11,17 +11,29 @@ argument that is neither a t4serve command nor an option (`-...`) is a program: 
 arguments, so `docker run IMAGE echo hi` prints hi and `docker run -it IMAGE bash` gives a shell (the docker-library
 convention, checked by its `override-cmd` test). A name that is neither a command nor a program on PATH is the usage
 error click gave before, exit 2.
+
+The server-flags rule: an argument list that starts with an option other than the group's own (`--help`, `-h`,
+`--version`) is `t4serve serve` with those options, so `docker run IMAGE --max-model-len 4096` works as it does with
+vLLM's and TGI's images (t4serve's serve options carry vLLM's flag names). An option `serve` does not know is a usage
+error that says where vLLM's other flags go (`--vllm-args`), or why t4serve refuses that flag.
+
+A configuration error of `serve` (exit 2) under T4SERVE_ON_CONFIG_ERROR=wait (compose.yaml sets it) prints the
+error, leaves it in the state folder for `healthcheck` and `status`, and waits for a stop signal before exiting 2:
+Docker's `restart: unless-stopped` restarts any exit, so exiting would rerun a setting that cannot work forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import os
 import shutil
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -54,6 +66,10 @@ INTERNAL_COMMANDS: dict[str, str] = {
     "run-vllm": "run_vllm",
     "telemetry": "telemetry",
 }
+
+
+# The group's own options; any other option first means `serve` (the server-flags rule above).
+GROUP_OPTIONS = ("-h", "--help", "--version")
 
 
 def is_command(name: str) -> bool:
@@ -122,20 +138,102 @@ def exec_program(args: Sequence[str]) -> None:
         ) from None
 
 
+def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> ConfigError:
+    """The usage error for an option `t4serve serve` does not know: a flag t4serve refuses says why, anything else
+    where vLLM's other flags go (--vllm-args). Never quotes a value (`--hf-token=...` shows as `--hf-token`)."""
+    # Here, not at the top: the healthcheck, which runs every 30 s, never pays for it.
+    from t4serve.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
+
+    option = exc.option_name
+    close = f" (did you mean {' or '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
+    # click names a short option by its first letter (-t of -tp 2); the argument as given says which flag it was.
+    token = next((a for a in args if a.startswith(option)), option).split("=", 1)[0]
+    # A shortened serve option (--max-model-le) is a typo of t4serve's own, not a refused vLLM flag.
+    own = [o for param in exc.ctx.command.params for o in param.opts] if exc.ctx is not None else []
+    typo = any(names_flag(canonical_flag(token), o) for o in own if o in CONTROLLED_FLAGS)
+    refusal = None if typo else vllm_flag_refusal(token)
+    if refusal is not None:
+        return ConfigError(
+            f"t4serve serve has no option {token}{close}",
+            found=f"{token}, a `vllm serve` flag t4serve refuses: {refusal}",
+            required="t4serve serve's options (`t4serve serve --help`)",
+            fix="leave the flag out (its reason is above); `t4serve serve --help` lists what can be set",
+        )
+    return ConfigError(
+        f"t4serve serve has no option {option}{close}",
+        found=f"{option} among the arguments of `t4serve serve` (arguments after the image name that start with an "
+        "option are serve's)",
+        required="t4serve serve's options (`t4serve serve --help`); vLLM's other flags go in --vllm-args",
+        fix=f"if {option} is a `vllm serve` flag: --vllm-args '{option} ...' (or the variable T4SERVE_VLLM_ARGS); "
+        "`t4serve serve --help` lists serve's own options",
+    )
+
+
+def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
+    """`serve`'s T4SERVE_ON_CONFIG_ERROR (its flag first) says `wait`; a value that does not parse means `exit` (its
+    own error is among those printed)."""
+    from t4serve.settings import VARIABLES_BY_NAME
+    from t4serve.variables import Context, Invalid
+
+    var = VARIABLES_BY_NAME["T4SERVE_ON_CONFIG_ERROR"]
+    raw = environ.get(var.name, "")
+    for i, arg in enumerate(args):
+        if arg == var.option and i + 1 < len(args):
+            raw = args[i + 1]
+        elif var.option is not None and arg.startswith(var.option + "="):
+            raw = arg.split("=", 1)[1]
+    try:
+        return bool(raw) and var.parse(raw, Context(environ, Path("/"))) == "wait"
+    except Invalid:
+        return False
+
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+
+
+def wait_after_config_error(message: str) -> None:
+    """Leave `message` in the state folder for healthcheck and status, say why this process does not exit, and
+    return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
+    from t4serve.atomic import write_atomic
+    from t4serve.supervise.readout import default_state_dir
+    from t4serve.supervise.state import CONFIG_ERROR_FILE
+
+    # Blocked first, so a stop signal sent while the file is written waits for sigwait instead of being lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    with contextlib.suppress(OSError):  # a state folder that cannot be written only loses the healthcheck's line
+        write_atomic(default_state_dir() / CONFIG_ERROR_FILE, message + "\n", mode=0o600)
+    click.echo(
+        "t4serve: T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting, so a restart policy "
+        "does not rerun a setting that cannot work; fix it, then `docker compose up -d` (it recreates the "
+        "container) or `docker compose down`",
+        err=True,
+    )
+    signal.sigwait(STOP_SIGNALS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args and not args[0].startswith("-") and not is_command(args[0]):
+        if args and args[0].startswith("-") and args[0] not in GROUP_OPTIONS:
+            args = ["serve", *args]
+        elif args and not args[0].startswith("-") and not is_command(args[0]):
             exec_program(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
-        click.echo(f"t4serve: {exc.message()}", err=True)
-        return exc.exit_code
+        return _failed(exc.exit_code, exc.message(), args)
     except click.exceptions.Abort:
         click.echo("t4serve: aborted", err=True)
         return 130
+    except click.NoSuchOption as exc:
+        if args[:1] != ["serve"] or exc.ctx is None or exc.ctx.info_name != "serve":
+            exc.show()
+            return exc.exit_code
+        error = unknown_serve_option(exc, args)
+        return _failed(error.exit_code, error.message(), args)
     except click.ClickException as exc:
         exc.show()
+        if args[:1] == ["serve"] and exc.exit_code == ConfigError.exit_code:
+            return _failed(exc.exit_code, exc.format_message(), args, shown=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
@@ -144,6 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _failed(code: int, message: str, args: Sequence[str], shown: bool = False) -> int:
+    """Print a failure (unless click has), then exit with its code; `serve`'s configuration error waits first when
+    T4SERVE_ON_CONFIG_ERROR=wait."""
+    if not shown:
+        click.echo(f"t4serve: {message}", err=True)
+    if code == ConfigError.exit_code and args[:1] == ["serve"] and config_error_waits(args, dict(os.environ)):
+        wait_after_config_error(message)
+    return code
 
 
 if __name__ == "__main__":

@@ -65,6 +65,13 @@ POLL_S = 0.2
 KILL_GRACE_S = 5.0
 # A label on every throwaway container of the image, so a leftover one can be found (`docker ps -af label=...`).
 THROWAWAY_LABEL = "org.t4serve.throwaway=1"
+HOST_SIDE_FIX = (
+    "`t4serve host-check` and `t4serve mcp` are host-side commands: run them on the host, not in the image. From a "
+    "checkout of t4serve, `pip install .` (Python >= 3.11; a venv keeps it apart), then `t4serve host-check "
+    "--compose-file compose.yaml` (docs/mcp.md, Install and run)"
+)
+# Files a container runtime leaves at the root of a container, and the t4serve image's own manifest.
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", MANIFEST_PATH)
 ENGINE_FIX = (
     "start the Docker engine (`sudo systemctl start docker`) and check that this user may use it (`docker info`)"
 )
@@ -202,6 +209,11 @@ class Engine(Protocol):
     def copy_out(self, container: str, source: str, destination: Path) -> None: ...
 
 
+def inside_a_container() -> str | None:
+    """Which marker says this process runs in a container (the t4serve image or any other), or None."""
+    return next((marker for marker in CONTAINER_MARKERS if os.path.exists(marker)), None)
+
+
 def find_compose(docker: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The compose client: T4SERVE_MCP_COMPOSE (shell words), else `docker compose` when the plugin answers, else,
     only for the default `docker` client whose answer says it has no compose command, `docker-compose` on PATH.
@@ -258,6 +270,15 @@ def _run_client(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd
             process = subprocess.Popen(list(argv), stdout=out, stderr=out if merge else err, env=dict(env), cwd=cwd,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         except FileNotFoundError:
+            container = inside_a_container()
+            if container is not None:
+                raise EngineError(
+                    f"cannot run {printable(name)}: this is a container ({container}), and `t4serve host-check` and "
+                    "`t4serve mcp` are host-side commands",
+                    found=f"{printable(name)}: no such command inside this container ({container})",
+                    required="the host's Docker client and engine, and its NVIDIA driver, which they check",
+                    fix=HOST_SIDE_FIX,
+                ) from None
             raise EngineError(
                 f"cannot run {printable(name)}",
                 found=f"{printable(name)}: no such command",
@@ -655,7 +676,7 @@ def _fix_for(last_line: str) -> str:
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return ENGINE_FIX
     if "secret" in text and ("not found" in text or "no such file" in text):
-        return "write the HF token to the secret file compose.yaml names (README: The two commands)"
+        return "write the HF token to the secret file compose.yaml names (README: First run)"
     if "port is already allocated" in text or "address already in use" in text:
         return "stop what holds the port, or start with another publish_port"
     return "run the same command by hand to see its whole output"

@@ -963,8 +963,9 @@ class Tools:
                 found=f"{path}: no such file",
                 required="the file compose.yaml's hf_token secret names (HF_TOKEN_SECRET_FILE, else "
                 "./secrets/hf_token)",
-                fix=f'mkdir -p {path.parent} && printf %s "$HF_TOKEN" > {path} && chmod 600 {path} && '
-                f"sudo chown 1000 {path} (Gemma is gated: accept its licence on huggingface.co)",
+                fix=f'mkdir -p {path.parent} && (umask 077 && printf %s "${{HF_TOKEN:?}}" > {path}) && '
+                f"chown 1000 {path} (sudo chown unless you are root or uid 1000; Gemma is gated: accept its "
+                "licence on huggingface.co)",
             )
 
     def _status(self) -> StatusOut:

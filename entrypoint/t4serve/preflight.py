@@ -56,7 +56,7 @@ PROC_FIX = "run t4serve on Linux with /proc mounted (inside the t4serve image it
 # The image on Docker's data root: IMAGE_BYTES measured for t4serve:dev by scripts/bench-image (docs/image.md's
 # figures). Every host that pulls the image needs this much there before it can serve; compose's cache volumes are
 # named volumes on the same disk.
-IMAGE_BYTES = 7_150_000_000
+IMAGE_BYTES = 6_310_000_000
 DATA_ROOT_FIX = (
     "move Docker's data root to a larger disk: stop Docker, copy its folder (`docker info -f '{{.DockerRootDir}}'`, "
     'usually /var/lib/docker) there, set "data-root": "/new/path" in /etc/docker/daemon.json, start Docker '

@@ -9,6 +9,7 @@ environment of the server's processes; `client_api_key` gives the key to the cli
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,25 +80,57 @@ def _secret(name: str, what: str, example: str, printable_ascii: bool = False) -
     return parse
 
 
+@dataclass(frozen=True)
+class SecretFileHelp:
+    """How a user fills a secret file: the value's example, the host command that writes it and the host file that
+    compose mounts (docs/operations.md: compose bind-mounts the host file as it is, owner and mode included)."""
+
+    value: str
+    writes: str
+    host_file: str
+    compose: str
+    # How such a file comes to be empty, when there is a common way.
+    trap: str = ""
+
+    def fill(self, uid: int) -> str:
+        return f"(umask 077 && {self.writes} > {self.host_file}) && chown {uid} {self.host_file}"
+
+
 def _secret_file(
-    name: str, what: str, example: str, printable_ascii: bool = False
+    name: str, what: str, example: str, help: SecretFileHelp, printable_ascii: bool = False
 ) -> Callable[[str, Context], Secret]:
-    """The parser of a file holding a secret (HF_TOKEN_FILE, T4SERVE_API_KEY_FILE): a Docker/compose secret file."""
+    """The parser of a file holding a secret (HF_TOKEN_FILE, T4SERVE_API_KEY_FILE): a Docker/compose secret file.
+    An empty or unreadable file says so with its own fix (how to fill the file, whose it must be), never "set NAME"
+    to the value that is already set."""
 
     def parse(raw: str, ctx: Context) -> Secret:
         path = Path(file_path(raw, ctx))
+        uid = os.getuid()
         try:
             # Bounded and non-blocking: a FIFO or a 10 MB file is refused, not waited on or read whole.
             text = untrusted.read_text_bounded(path, _SECRET_FILE_MAX_BYTES, "the file")
         except FileNotFoundError:
             raise Invalid(f"must name an existing file ({path} does not exist)", example) from None
         except untrusted.Untrusted as exc:
-            if not os.access(path, os.R_OK) and path.exists():
-                raise Invalid(f"must name a file readable by uid {os.getuid()} ({path} is not readable)", example) \
-                    from None
+            unreadable = _unreadable(path, uid)
+            if unreadable is not None:
+                raise Invalid(
+                    f"names a file uid {uid} cannot read ({unreadable})",
+                    example,
+                    fix=f"make the file readable by uid {uid} where it comes from: compose and `docker run -v` mount "
+                    f"the host file with its owner and mode, so on the host `chown {uid} {help.host_file}` (sudo "
+                    f"unless you are root or uid {uid}; keep mode 0600) for {help.compose}, or run the container "
+                    "as the file's owner (`docker run --user`, compose's `user:`)",
+                ) from None
             raise Invalid(f"must name a readable UTF-8 file holding the {what}: {exc.reason}", example) from None
         if not text.strip():
-            raise Invalid(f"must name a file holding the {what} ({path} is empty)", example)
+            content = "0 bytes" if not text else f"{len(text.encode())} bytes of whitespace only"
+            raise Invalid(
+                f"names an empty file ({path}: {content}); it must hold the {what}",
+                help.value,
+                fix=f"write the {what} into the file mounted there: on the host `{help.fill(uid)}` for "
+                f"{help.compose}, then start again{help.trap}",
+            )
         if any(c.isspace() for c in text.strip()):
             raise Invalid(f"must name a file holding one {what} ({path} holds whitespace inside)", example)
         try:
@@ -108,6 +141,23 @@ def _secret_file(
         return Secret(value, f"{name}={path}")
 
     return parse
+
+
+def _unreadable(path: Path, uid: int) -> str | None:
+    """Why `path` exists but this process may not read it (its mode, owner and our groups), or None."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or type(exc).__name__}"
+    if os.access(path, os.R_OK):
+        return None
+    groups = sorted({os.getgid(), *os.getgroups()})
+    return (
+        f"{path}: mode {stat.S_IMODE(info.st_mode):04o}, owner uid {info.st_uid}, group {info.st_gid}; "
+        f"this process runs as uid {uid}, groups {', '.join(map(str, groups))}"
+    )
 
 
 # A secret file holds one token of at most MAX_SECRET_CHARS plus a newline; a larger file is not a secret file.
@@ -149,12 +199,25 @@ class SecretPair:
     what: str
 
 
-API_KEY_PAIR = SecretPair(
-    API_KEY, API_KEY_FILE, _secret_file("T4SERVE_API_KEY_FILE", "key", "/run/secrets/api_key", printable_ascii=True),
-    "key",
+HF_TOKEN_HELP = SecretFileHelp(
+    "hf_... (a Hugging Face token: https://huggingface.co/settings/tokens)",
+    "printf %s hf_YOURTOKEN", "secrets/hf_token",
+    "compose's hf_token secret (HF_TOKEN_SECRET_FILE names another host file)",
+    ' (`printf %s "$HF_TOKEN"` writes an empty file when HF_TOKEN is unset in that shell)',
 )
-SECRET_PAIRS = (SecretPair(HF_TOKEN, HF_TOKEN_FILE, _secret_file("HF_TOKEN_FILE", "token", "/run/secrets/hf_token"),
-                           "token"), API_KEY_PAIR)  # fmt: skip
+API_KEY_HELP = SecretFileHelp(
+    API_KEY_EXAMPLE, "openssl rand -hex 32", "secrets/api_key",
+    "compose's api_key secret (docs/operations.md, Exposing the port)",
+)
+API_KEY_PAIR = SecretPair(
+    API_KEY, API_KEY_FILE,
+    _secret_file("T4SERVE_API_KEY_FILE", "key", "/run/secrets/api_key", API_KEY_HELP, printable_ascii=True), "key",
+)
+SECRET_PAIRS = (
+    SecretPair(HF_TOKEN, HF_TOKEN_FILE, _secret_file("HF_TOKEN_FILE", "token", "/run/secrets/hf_token", HF_TOKEN_HELP),
+               "token"),
+    API_KEY_PAIR,
+)  # fmt: skip
 
 
 def resolve_pair(

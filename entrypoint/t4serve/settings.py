@@ -54,6 +54,7 @@ DTYPES = ("auto", "float16", "bfloat16", "float32")
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
 _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
 PREFLIGHT_MODES = ("strict", "warn")
+CONFIG_ERROR_MODES = ("exit", "wait")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
@@ -259,6 +260,13 @@ VARIABLES: tuple[Variable, ...] = (
         choice(PREFLIGHT_MODES), "strict", "--preflight",
     ),
     Variable(
+        "T4SERVE_ON_CONFIG_ERROR", "on_config_error", "exit", "exit",
+        "What `serve` does after a configuration error (exit 2): `exit` at once; `wait` prints the error, then "
+        "waits for a stop signal before exiting 2, so a restart policy (compose's `restart: unless-stopped`) does "
+        "not restart a setting that cannot work over and over. compose.yaml sets `wait`.",
+        choice(CONFIG_ERROR_MODES), "wait", "--on-config-error",
+    ),
+    Variable(
         "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
         "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use, and so are "
         "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
@@ -329,6 +337,7 @@ class Settings:
     dtype: str
     compile: str
     preflight: str
+    on_config_error: str
     vllm_args: tuple[str, ...]
     hf_token: Secret | None
     hf_token_file: str | None

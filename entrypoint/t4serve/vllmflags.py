@@ -167,31 +167,41 @@ def vllm_flag_conflict(arg: str) -> str | None:
     """
     if not arg.startswith("-") or arg == "-" or arg == "--":
         return None
-    if arg.startswith("--"):
-        name = canonical_flag(arg.split("=", 1)[0])
-    else:
+    name = canonical_flag(arg.split("=", 1)[0]) if arg.startswith("--") else arg.split("=", 1)[0]
+    why = vllm_flag_refusal(arg)
+    # A dict flag's key (`--hf-overrides.text_config...`) is named by its flag.
+    return None if why is None else f"must not contain {name.partition('.')[0]}: {why}"
+
+
+def vllm_flag_refusal(arg: str) -> str | None:
+    """Why t4serve refuses the `vllm serve` flag `arg` names (`--flag`, `--flag=value`, `-tp2`), or None: the reason
+    alone, for T4SERVE_VLLM_ARGS and for an unknown option after `docker run IMAGE`. Never quotes a value."""
+    if not arg.startswith("-") or arg == "-" or arg == "--":
+        return None
+    if not arg.startswith("--"):
         name = arg.split("=", 1)[0]
         # Short options take their value glued on (-tp2): compare by prefix.
         for short, why in FIXED_FLAGS.items():
             if not short.startswith("--") and name.startswith(short):
-                return f"must not contain {name}: {why}"
+                return why
         return None
+    name = canonical_flag(arg.split("=", 1)[0])
     for flag, variable in CONTROLLED_FLAGS.items():
         if names_flag(name, flag) and flag in SECRET_FLAGS:
             return (
-                f"must not contain {name}: on a command line the secret would show in `ps` and in t4serve's plan; "
+                "on a command line the secret would show in `ps` and in t4serve's plan; "
                 f"use {variable} instead (it reaches vLLM through its environment only)"
             )
         if names_flag(name, flag):
-            return f"must not contain {name}: t4serve sets {flag} itself; use {variable} instead"
+            return f"t4serve sets {flag} itself; use {variable} instead"
     for flag, why in FIXED_FLAGS.items():
         if flag.startswith("--") and names_flag(name, flag):
-            return f"must not contain {name}: {why}"
+            return why
     # A dict flag also takes one key at a time (`--hf-overrides.text_config.num_hidden_layers 2`): its base counts.
     base = name.partition(".")[0]
     for flag, why in SUPERVISION_FLAGS.items():
         if names_flag(base, flag):
-            return f"must not contain {base}: {why}"
+            return why
     return None
 
 

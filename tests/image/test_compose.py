@@ -5,8 +5,10 @@ restart loop in a test)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -19,13 +21,14 @@ pytestmark = pytest.mark.image
 COMPOSE = "/usr/bin/docker-compose"
 
 
-def without_gpu(text: str) -> str:
-    """compose.yaml minus the service's deploy block (its lines until the next key at the same indent)."""
+def without_gpu(text: str, restart: bool = False) -> str:
+    """compose.yaml minus the service's deploy block (its lines until the next key at the same indent); its restart
+    policy kept only when `restart`."""
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("    deploy:"))
     end = next(i for i in range(start + 1, len(lines)) if re.match(r"^ {0,4}\S", lines[i]))
-    kept = lines[:start] + lines[end:]
-    return "\n".join(kept).replace("restart: unless-stopped", 'restart: "no"') + "\n"
+    kept = "\n".join(lines[:start] + lines[end:]) + "\n"
+    return kept if restart else kept.replace("restart: unless-stopped", 'restart: "no"')
 
 
 def test_compose_config_validates(tmp_path: Path) -> None:
@@ -80,5 +83,49 @@ def test_compose_up_without_gpu_fails_with_preflight_message(tmp_path: Path, doc
         assert up.returncode == 3, text[-3000:]
         assert "preflight failed" in text and "NVML" in text
         assert "Traceback" not in text
+    finally:
+        subprocess.run([*base, "down", "-v"], capture_output=True, timeout=120, env=env)
+
+
+def test_a_config_error_under_compose_waits_instead_of_restarting(tmp_path: Path, docker_bin: str,
+                                                                  image_ref: str) -> None:  # fmt: skip
+    """compose.yaml's own `restart: unless-stopped` and T4SERVE_ON_CONFIG_ERROR=wait: a setting that cannot work is
+    printed once and the container stays up, not restarted (before, 8 restarts in 25 s); the healthcheck says why,
+    and `down` stops it at once with exit 2."""
+    compose_file = tmp_path / "compose.nogpu.yaml"
+    compose_file.write_text(without_gpu((REPO / "compose.yaml").read_text(), restart=True))
+    token = tmp_path / "hf_token"
+    token.write_text("hf_testtokennotreal\n")
+    token.chmod(0o644)
+    project = f"t4stest{uuid.uuid4().hex[:6]}"
+    env = {"PATH": "/usr/bin:/bin", "T4SERVE_IMAGE": image_ref, "HF_TOKEN_SECRET_FILE": str(token),
+           "T4SERVE_PUBLISH_PORT": "0", "T4SERVE_TELEMETRY_PUBLISH_PORT": "0", "T4SERVE_VOLUME_PREFIX": project,
+           "T4SERVE_VLLM_ARGS": "--max-model-len 4096"}  # fmt: skip
+    base = [COMPOSE, "-p", project, "--project-directory", str(REPO), "-f", str(compose_file)]
+    try:
+        up = subprocess.run([*base, "up", "-d", "--no-build"], capture_output=True, text=True, timeout=300, env=env)
+        assert up.returncode == 0, up.stderr
+        ids = subprocess.run([*base, "ps", "-q"], capture_output=True, text=True, timeout=60, env=env).stdout.split()
+        assert len(ids) == 1, ids
+        container = ids[0]
+        time.sleep(15)  # the restart loop this replaces restarted 8 times in 25 s
+        state = json.loads(subprocess.run([docker_bin, "inspect", container], capture_output=True, text=True,
+                                          timeout=60).stdout)[0]  # fmt: skip
+        logs = subprocess.run([docker_bin, "logs", container], capture_output=True, text=True, timeout=60)
+        text = logs.stdout + logs.stderr
+        print(f"\nafter 15 s: running={state['State']['Running']} restarts={state['RestartCount']}\n{text[-1500:]}")
+        assert state["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+        assert state["State"]["Running"] and state["RestartCount"] == 0
+        assert text.count("t4serve: T4SERVE_VLLM_ARGS=--max-model-len 4096: must not contain") == 1, text
+        assert "use T4SERVE_MAX_MODEL_LEN instead" in text and "waiting for a stop signal" in text
+        hc = subprocess.run([docker_bin, "exec", container, "t4serve", "healthcheck"], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+        assert hc.returncode == 1 and "stopped on a configuration error and waits" in hc.stderr, hc
+        started = time.monotonic()
+        stop = subprocess.run([docker_bin, "stop", container], capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0 and time.monotonic() - started < 10
+        exited = json.loads(subprocess.run([docker_bin, "inspect", container], capture_output=True, text=True,
+                                           timeout=60).stdout)[0]["State"]  # fmt: skip
+        assert exited["ExitCode"] == 2
     finally:
         subprocess.run([*base, "down", "-v"], capture_output=True, timeout=120, env=env)

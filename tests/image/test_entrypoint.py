@@ -72,3 +72,31 @@ def test_no_hard_coded_passwords(run_in_image: RunInImage) -> None:
     for user, field in fields.items():
         password = shadowed.get(user, "") if field == "x" else field
         assert password in ("", "*") or password.startswith("!"), f"{user} has a password: {password[:3]}..."
+
+
+def test_options_after_the_image_name_are_serves(run_in_image: RunInImage) -> None:
+    """`docker run IMAGE --max-model-len ...`, as vLLM's and TGI's images take server flags: serve's own option
+    handling answers (a bad value names the variable; a good one gets serve as far as this GPU-less host allows)."""
+    out = run_in_image("--max-model-len", "nope")
+    assert out.returncode == 2, out
+    assert "T4SERVE_MAX_MODEL_LEN=nope (from --max-model-len): must be" in out.stderr
+    out = run_in_image("--max-model-len", "4096", "--gpu-memory-utilization", "0.8", timeout=180)
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text  # serve ran: its preflight finds no GPU here
+    assert "preflight failed" in text and "Traceback" not in text
+    out = run_in_image("--tensor-parallel-size", "2")
+    assert out.returncode == 2, out
+    assert "a `vllm serve` flag t4serve refuses: t4serve serves one GPU" in out.stderr
+    out = run_in_image("--enable-prefix-caching")
+    assert out.returncode == 2, out
+    assert "--vllm-args '--enable-prefix-caching ...'" in out.stderr
+
+
+def test_host_check_in_the_image_says_it_runs_on_the_host(run_in_image: RunInImage) -> None:
+    """Its failed check (exit 3, as any failed host check) says where the command runs, not "install Docker"."""
+    out = run_in_image("host-check")
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, out
+    assert "docker: no such command inside this container (/.dockerenv)" in text
+    assert "are host-side commands: run them on the host, not in the image" in text and "`pip install .`" in text
+    assert "install Docker" not in text and "Traceback" not in text

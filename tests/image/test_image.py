@@ -8,9 +8,11 @@ code-only rebuild (its time is printed, never asserted).
 from __future__ import annotations
 
 import base64
+import datetime
 import io
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -152,16 +154,121 @@ def test_labels_equal_the_manifest(image_config: dict[str, Any], manifest_data: 
         assert labels[label] == manifest_data[field], f"label {label}={labels[label]!r}, manifest {field}"
 
 
+def git(*args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def test_provenance_labels_say_what_the_image_was_built_from(
+    docker_bin: str, image_config: dict[str, Any], manifest_data: dict[str, Any]
+) -> None:
+    """The OCI labels scripts/build-image sets: licenses, created, revision (the commit of the files that enter the
+    image, `-dirty` when they differ from it), source (where the checkout's origin is an https URL), and the base:
+    its name as built from, its registry digest when it was pulled, else its image ID. A base built here is t4serve's
+    own (scripts/base-image), never tagged as Docker's official image."""
+    labels = image_config.get("Labels") or {}
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    created = datetime.datetime.strptime(labels["org.opencontainers.image.created"], "%Y-%m-%dT%H:%M:%SZ")
+    assert created <= datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(minutes=5)
+    head = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--", "docker/requirements.lock", "docker/slim.json", "docker/slim.py",
+                  "pyproject.toml", "README.md", "entrypoint")  # fmt: skip
+    assert labels["org.opencontainers.image.revision"] == head + ("-dirty" if changed else ""), \
+        "built from another commit than this checkout's: rebuild with scripts/build-image"
+    origin = git("remote", "get-url", "origin")
+    if origin.startswith("https://"):
+        assert labels["org.opencontainers.image.source"].startswith("https://")
+        assert "@" not in labels["org.opencontainers.image.source"].split("/")[2]
+    else:
+        assert "org.opencontainers.image.source" not in labels, "a source label from a checkout with no https origin"
+    base = labels["org.opencontainers.image.base.name"]
+    assert base == manifest_data["base_image"]
+    out = subprocess.run([docker_bin, "image", "inspect", base], capture_output=True, text=True)
+    assert out.returncode == 0, f"the base {base} the label names is not on this host: {out.stderr}"
+    base_info = json.loads(out.stdout)[0]
+    if base_info["RepoDigests"]:
+        digests = {d.split("@", 1)[1] for d in base_info["RepoDigests"]}
+        assert labels["org.opencontainers.image.base.digest"] in digests
+    else:
+        assert "org.opencontainers.image.base.digest" not in labels
+        assert labels["io.t4serve.base.id"] == base_info["Id"]
+        # Not pulled: t4serve's own local base, tagged and labelled as such.
+        assert base.startswith("t4serve"), f"an image named {base} that was never pulled"
+        base_labels = base_info["Config"]["Labels"] or {}
+        assert "scripts/base-image" in base_labels["io.t4serve.base.built-by"]
+        assert base_labels["io.t4serve.base.debian-suite"] == "trixie"
+
+
+WRITES = "/cache/huggingface /cache/compile/triton /cache/compile/vllm /cache/compile/inductor /cache/t4serve " \
+    "/tmp/t4serve /home/t4serve"
+
+
 def test_runs_as_non_root_and_owns_its_caches(run_in_image: RunInImage, image_config: dict[str, Any]) -> None:
     assert image_config["User"] == "t4serve"
-    dirs = "/cache/huggingface /cache/compile/triton /cache/t4serve /tmp/t4serve"
-    code = f"id -u; id -g; for d in {dirs}; do touch $d/w; done"
+    code = f"id -u; id -g; for d in {WRITES}; do touch $d/w; done"
     out = run_in_image("-c", code, entrypoint="sh")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["1000", "1000"]
     # The venv (and the patched vLLM in it) is not writable by the server.
     out = run_in_image("-c", "touch /opt/venv/lib/probe", entrypoint="sh")
     assert out.returncode != 0
+
+
+def random_uid() -> str:
+    """An arbitrary uid with no passwd entry, as OpenShift assigns from a project's range."""
+    return str(random.randint(100_000, 2_000_000_000))
+
+
+def test_what_it_writes_belongs_to_group_0_with_the_owners_permissions(run_in_image: RunInImage) -> None:
+    """OpenShift's image guidelines: an arbitrary uid runs in group 0, so the paths the program writes are group 0's,
+    with the group's permissions equal to the owner's; HOME is set (no passwd entry gives none)."""
+    out = run_in_image("-c", f"stat -c '%n %U %g %A' {WRITES}", entrypoint="sh")
+    assert out.returncode == 0, out.stderr
+    for line in out.stdout.splitlines():
+        name, owner, group, mode = line.split()
+        assert (owner, group) == ("t4serve", "0"), line
+        assert mode[1:4] == mode[4:7], f"{name}: group permissions {mode[4:7]} differ from the owner's {mode[1:4]}"
+    uid = random_uid()
+    code = f'echo "$HOME $(pwd) $(id -u) $(id -g)"; for d in {WRITES}; do touch $d/w || exit 1; done'
+    out = run_in_image("-c", code, entrypoint="sh", user=f"{uid}:0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["/home/t4serve", "/home/t4serve", uid, "0"]
+
+
+def test_any_uid_in_group_0_plans_and_answers_the_healthcheck(run_in_image: RunInImage) -> None:
+    """`docker run --user UID:0` (OpenShift, Kubernetes runAsUser): plan and healthcheck run, no traceback. The serve
+    path under such a uid runs in tests/image/test_supervision.py."""
+    uid = random_uid()
+    out = run_in_image("plan", "--gpu", "t4", user=f"{uid}:0", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "vllm serve" in out.stdout and "--max-model-len" in out.stdout
+    # Docker's own form: a bare uid runs in group 0.
+    out = run_in_image("plan", "--gpu", "t4", "--json", user=uid, env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["argv"][:2] == ["vllm", "serve"]
+    out = run_in_image("healthcheck", user=f"{uid}:0")
+    assert out.returncode == 1, out
+    assert out.stderr.startswith("t4serve healthcheck: not ready: ") and "Traceback" not in out.stderr
+
+
+def test_apt_leaves_no_cache_in_the_image(run_in_image: RunInImage) -> None:
+    """No downloaded .debs, package caches or lists, whatever apt configuration the base has."""
+    code = "find /var/cache/apt /var/lib/apt/lists -type f | grep -v '/lock$'; du -sk /var/cache/apt | cut -f1"
+    out = run_in_image("-c", code, entrypoint="sh")
+    assert out.returncode == 0, out.stderr
+    *files, kib = out.stdout.split()
+    assert files == [] and int(kib) < 64, out.stdout
+
+
+def test_gcc_and_python_keep_what_triton_uses_and_nothing_the_image_drops(run_in_image: RunInImage) -> None:
+    code = (
+        "for p in /usr/libexec/gcc/*/*/cc1 /usr/include/python3.13/Python.h /usr/share/doc/gcc-14-base/copyright; "
+        "do test -e $p || echo missing $p; done; "
+        "ls /usr/libexec/gcc/*/*/lto1 /usr/bin/*lto-dump* /usr/lib/python3*/config-*/libpython*.a /usr/share/man/* "
+        "2>/dev/null; find /usr/share/locale -type f ! -name locale.alias | head -n 3"
+    )
+    out = run_in_image("-c", code, entrypoint="sh")
+    assert out.stdout == "", out.stdout
 
 
 def test_triton_jit_can_build_its_c_module(run_in_image: RunInImage) -> None:

@@ -86,10 +86,54 @@ def test_the_build_import_proof_ran_over_the_serving_path(run_in_image: RunInIma
         "deep_gemm": False,
         "w4a16_kernel": "MarlinLinearKernel",
     }
+    # vLLM's FlashAttention package imports without its libraries and refuses every version on the T4 stand-in.
+    assert {k: v for k, v in proof["flash_attention_on_t4"].items() if k != "fa2_refused_because"} == {
+        "package_imported": True,
+        "fa2_available": False,
+        "fa3_available": False,
+        "versions_supported": [],
+    }
+    assert "FA2 is unavailable" in proof["flash_attention_on_t4"]["fa2_refused_because"]
     removed = {m for d in SPEC["distributions"] for m in d["modules"]}
     assert proof["removed_modules"] == sorted(removed)
     assert not removed & set(proof["top_level_imported"])
     assert {"vllm", "torch", "triton", "xgrammar", "llguidance", "fastapi"} <= set(proof["top_level_imported"])
+
+
+def test_the_rewrites_are_in_effect_and_byte_compiled(run_in_image: RunInImage) -> None:
+    """Each rewrite replaced its statement, and the .pyc matches the rewritten source (the runtime user cannot write
+    __pycache__, so a stale one would be recompiled in memory at every start)."""
+    code = (
+        "import importlib.util, json, os, struct\n"
+        f"site = {SITE!r}\n"
+        f"for r in json.loads({json.dumps(json.dumps(SPEC['rewrites']))}):\n"
+        "    path = os.path.join(site, r['path'])\n"
+        "    text = open(path).read()\n"
+        "    pyc = open(importlib.util.cache_from_source(path), 'rb').read(16)\n"
+        "    flags, mtime, size = struct.unpack('<III', pyc[4:16])\n"
+        "    st = os.stat(path)\n"
+        "    print(r['path'], r['old'] in text, r['new'] in text, flags == 0 and mtime == int(st.st_mtime) & 0xFFFFFFFF"
+        " and size == st.st_size & 0xFFFFFFFF)\n"
+    )
+    out = run_in_image("-c", code, entrypoint="python3")
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.splitlines() == [f"{r['path']} False True True" for r in SPEC["rewrites"]]
+
+
+def test_no_library_links_a_removed_one(run_in_image: RunInImage) -> None:
+    """readelf -d over every shared library left in the venv: none needs (DT_NEEDED) a library docker/slim.json
+    removed, so the removal can break a load only through a dlopen of a feature the T4 path never uses."""
+    removed = sorted({Path(p["path"]).name for p in SPEC["paths"] if ".so" in Path(p["path"]).name})
+    assert "libnvperf_host.so" in removed and "_moe_C_stable_libtorch.abi3.so" in removed
+    script = (
+        f"cd {SITE} && find . -type f \\( -name '*.so' -o -name '*.so.*' \\) -print0 "
+        "| xargs -0 -n 50 readelf -d 2>/dev/null | sed -n 's/.*Shared library: \\[\\(.*\\)\\]/\\1/p' | sort -u"
+    )
+    out = run_in_image("-c", script, entrypoint="sh", timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    needed = set(out.stdout.split())
+    assert {"libcudart.so.13", "libtorch_cuda.so", "libcupti.so.13"} <= needed  # the scan saw the libraries
+    assert not needed & set(removed), sorted(needed & set(removed))
 
 
 def test_every_library_torch_links_resolves(run_in_image: RunInImage) -> None:

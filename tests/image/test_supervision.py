@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import threading
 import time
@@ -105,6 +106,20 @@ def test_phases_figures_and_ready_only_after_canary(docker_bin: str, start: Star
     assert hc.returncode == 0, hc.stderr
     status = dexec(docker_bin, name, "t4serve", "status").stdout
     assert "phase:    ready" in status and "max_concurrency: 19.29 x" in status
+
+
+def test_an_arbitrary_uid_in_group_0_serves_to_ready(docker_bin: str, start: Start) -> None:
+    """OpenShift's way (a random uid, group 0; Kubernetes' runAsUser alike): serve writes its state, supervisord runs
+    the stand-in, the canary passes and the healthcheck (docker exec runs as the same uid) says ready."""
+    uid = str(random.randint(100_000, 2_000_000_000))
+    name = start({"T4SERVE_STANDIN_LOAD_SECONDS": "2"}, "--user", f"{uid}:0")
+    s = wait_phase(docker_bin, name, {"ready", "canary_failed", "failed"})
+    assert s["phase"] == "ready", logs(docker_bin, name)[-3000:]
+    who = dexec(docker_bin, name, "sh", "-c", "id -u; id -g; echo $HOME; stat -c %u /tmp/t4serve/state.json")
+    assert who.stdout.split() == [uid, "0", "/home/t4serve", uid], who
+    hc = dexec(docker_bin, name, "t4serve", "healthcheck")
+    assert hc.returncode == 0, hc.stderr
+    assert "Traceback" not in logs(docker_bin, name)
 
 
 def test_healthcheck_reports_phase_during_slow_load(docker_bin: str, start: Start) -> None:

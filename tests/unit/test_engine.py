@@ -187,6 +187,29 @@ def test_a_missing_client_is_an_engine_error(tmp_path: Path) -> None:
     assert "no such command" in (info.value.found or "") and info.value.fix
 
 
+def test_a_missing_client_inside_a_container_says_host_check_runs_on_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker run IMAGE host-check`: not "install Docker on this host", but where the command runs and how."""
+    marker = tmp_path / ".dockerenv"
+    marker.touch()
+    monkeypatch.setattr("t4serve.engine.CONTAINER_MARKERS", (str(tmp_path / "absent"), str(marker)))
+    cli = DockerCli(compose_file=tmp_path / "compose.yaml", project=None, image="t4serve:dev",
+                    docker=str(tmp_path / "nothing"), environ={})  # fmt: skip
+    with pytest.raises(EngineError) as info:
+        cli.info()
+    message = info.value.message()
+    assert f"this is a container ({marker})" in message and "are host-side commands" in message
+    assert f"no such command inside this container ({marker})" in message
+    assert "are host-side commands: run them on the host, not in the image" in message
+    assert "`pip install .`" in message
+    assert "install Docker" not in message
+    monkeypatch.setattr("t4serve.engine.CONTAINER_MARKERS", (str(tmp_path / "absent"),))
+    with pytest.raises(EngineError) as info:
+        cli.info()
+    assert "install Docker (docker.io or docker-ce) on this host" in info.value.message()
+
+
 def test_find_compose_prefers_the_setting_then_the_plugin(tmp_path: Path) -> None:
     docker, _ = make_clients(tmp_path / "bin", {"compose version": [0, "Docker Compose version v2.29.7\n", ""]})
     assert find_compose(str(docker), {"T4SERVE_MCP_COMPOSE": "podman-compose --verbose"}) == ("podman-compose",

@@ -122,3 +122,49 @@ def test_a_failing_exec_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp
     assert main([str(garbage)]) == 2
     err = capsys.readouterr().err
     assert f"cannot run {str(garbage)!r}" in err and "Exec format error" in err
+
+
+def test_an_option_first_is_serve_with_that_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """`docker run IMAGE --max-model-len ...` reaches serve's own option handling, as vLLM's image would."""
+    assert main(["--max-model-len", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "T4SERVE_MAX_MODEL_LEN=nope (from --max-model-len): must be" in err
+    assert main(["--max-model-len", "4096", "--gpu-memory-utilization", "0.8", "--help"]) == 0
+    assert "Usage: t4serve serve [OPTIONS]" in capsys.readouterr().out
+
+
+def test_the_group_options_stay_the_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(cli.GROUP_OPTIONS) == {o for p in cli.cli.params for o in p.opts} | {"-h", "--help"}
+    assert main(["-h"]) == 0
+    assert "Commands:" in capsys.readouterr().out
+
+
+def test_an_unknown_serve_option_says_where_vllm_flags_go(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--enable-prefix-caching"]) == 2
+    err = capsys.readouterr().err
+    assert "t4serve serve has no option --enable-prefix-caching" in err
+    assert "fix: if --enable-prefix-caching is a `vllm serve` flag: --vllm-args '--enable-prefix-caching ...'" in err
+    # A shortened serve option is a typo of t4serve's own, with click's suggestions.
+    assert main(["--max-model-le", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert "no option --max-model-le (did you mean --max-model-len" in err and "refuses" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "shown", "why"),
+    [
+        (["--tensor-parallel-size", "2"], "--tensor-parallel-size", "t4serve serves one GPU"),
+        (["-tp", "2"], "-tp", "t4serve serves one GPU"),
+        (["--quantization", "awq"], "--quantization", "pick a quantized checkpoint with T4SERVE_MODEL"),
+        (["--hf-token=hf_notarealtokenvalue"], "--hf-token", "use HF_TOKEN or HF_TOKEN_FILE instead"),
+        (["--api-key", "sk-notarealkey"], "--api-key", "use T4SERVE_API_KEY_FILE or T4SERVE_API_KEY instead"),
+    ],
+)
+def test_a_vllm_flag_t4serve_owns_is_refused_with_its_reason(
+    args: list[str], shown: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"t4serve serve has no option {shown}" in err and "a `vllm serve` flag t4serve refuses: " in err
+    assert why in err
+    assert "notareal" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 from pathlib import Path
 
 import click
@@ -274,7 +275,6 @@ def test_token_and_token_file_both_set_is_an_error(tmp_path: Path) -> None:
     ("make", "expected"),
     [
         (lambda p: p / "absent", "does not exist"),
-        (lambda p: (p / "empty").write_text("  \n") and p / "empty", "is empty"),
         (lambda p: p, "is a directory"),
         (lambda p: (p / "bin").write_bytes(b"\xff\xfe\x00") and p / "bin", "readable UTF-8 file"),
         (lambda p: (p / "two").write_text("hf_a hf_b") and p / "two", "whitespace inside"),
@@ -288,13 +288,79 @@ def test_token_file_problems(tmp_path: Path, make: object, expected: str) -> Non
     assert "hf_a" not in message
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_token_file_unreadable(tmp_path: Path) -> None:
-    path = tmp_path / "token"
-    path.write_text(TOKEN)
-    path.chmod(0)
+@pytest.mark.parametrize(("content", "shown"), [("", "0 bytes"), ("  \n", "3 bytes of whitespace only")])
+def test_an_empty_token_file_says_how_to_fill_it(tmp_path: Path, content: str, shown: str) -> None:
+    """`printf %s "$HF_TOKEN" > secrets/hf_token` with HF_TOKEN unset: the fix fills the file, it does not advise
+    setting HF_TOKEN_FILE, which is already set."""
+    path = tmp_path / "hf_token"
+    path.write_text(content)
     message = error_for({"HF_TOKEN_FILE": str(path)}).message()
-    assert "is not readable" in message and TOKEN not in message
+    assert message.startswith(f"HF_TOKEN_FILE={path}: names an empty file ({path}: {shown}); it must hold the token")
+    uid = os.getuid()
+    assert f"fix: write the token into the file mounted there: on the host `(umask 077 && printf %s hf_YOURTOKEN > " \
+           f"secrets/hf_token) && chown {uid} secrets/hf_token` for compose's hf_token secret" in message
+    assert "writes an empty file when HF_TOKEN is unset" in message
+    assert "set HF_TOKEN_FILE=" not in message
+
+
+def test_an_empty_api_key_file_says_how_to_fill_it(tmp_path: Path) -> None:
+    path = tmp_path / "api_key"
+    path.write_text("")
+    message = error_for({"T4SERVE_API_KEY_FILE": str(path)}).message()
+    assert message.startswith(f"T4SERVE_API_KEY_FILE={path}: names an empty file ({path}: 0 bytes); it must hold")
+    assert "(umask 077 && openssl rand -hex 32 > secrets/api_key) && chown" in message
+    assert "HF_TOKEN" not in message and "set T4SERVE_API_KEY_FILE=" not in message
+
+
+def _error_as(uid: int, environ: dict[str, str]) -> str:
+    """error_for(environ) in a forked child that dropped to `uid` (root reads any file, whatever its mode)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, error_for(environ).message().encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    return text
+
+
+def test_an_unreadable_token_file_names_mode_owner_and_the_fix() -> None:
+    # Outside pytest's tmp_path, whose parent only its owner may enter.
+    with tempfile.TemporaryDirectory(prefix="t4s-secret-") as folder:
+        Path(folder).chmod(0o755)
+        check_unreadable(Path(folder) / "hf_token")
+
+
+def check_unreadable(path: Path) -> None:
+    path.write_text(TOKEN)
+    path.chmod(0o600)
+    if os.geteuid() == 0:
+        uid = 54321
+        message = _error_as(uid, {"HF_TOKEN_FILE": str(path)})
+        owner = 0
+    else:
+        uid = owner = os.getuid()
+        path.chmod(0)
+        message = error_for({"HF_TOKEN_FILE": str(path)}).message()
+    mode = "0600" if os.geteuid() == 0 else "0000"
+    assert message.startswith(f"HF_TOKEN_FILE={path}: names a file uid {uid} cannot read ({path}: mode {mode}, owner "
+                              f"uid {owner}, group ")  # fmt: skip
+    assert f"this process runs as uid {uid}, groups " in message
+    assert f"fix: make the file readable by uid {uid} where it comes from" in message
+    assert f"on the host `chown {uid} secrets/hf_token`" in message and "keep mode 0600" in message
+    assert TOKEN not in message
 
 
 def test_bad_token_value_is_redacted_in_the_error() -> None:
@@ -338,7 +404,6 @@ def test_api_key_and_its_file_both_set_is_an_error(tmp_path: Path) -> None:
     ("make", "expected"),
     [
         (lambda p: p / "absent", "does not exist"),
-        (lambda p: (p / "empty").write_text("  \n") and p / "empty", "is empty"),
         (lambda p: p, "is a directory"),
         (lambda p: (p / "two").write_text("sk-a sk-b") and p / "two", "whitespace inside"),
         (lambda p: (p / "uni").write_text("sk-a\u00e9") and p / "uni", "printable ASCII"),

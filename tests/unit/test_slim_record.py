@@ -34,13 +34,33 @@ def serve_records() -> dict[str, set[str]]:
 
 def test_every_entry_says_why() -> None:
     assert SPEC["distributions"] and SPEC["paths"] and SPEC["switches"]
-    for entry in [*SPEC["distributions"], *SPEC["paths"], *SPEC["switches"].values()]:
+    for entry in [*SPEC["distributions"], *SPEC["paths"], *SPEC["rewrites"], *SPEC["switches"].values()]:
         assert len(entry["why"]) > 20, entry
     assert all(len(why) > 20 for why in SPEC["guarded_imports"].values())
     names = [d["name"] for d in SPEC["distributions"]]
     assert len(names) == len(set(names))
     assert all(re.fullmatch(r"[A-Za-z0-9_./-]+", p["path"]) and ".." not in p["path"] for p in SPEC["paths"])
     assert all(isinstance(s["value"], str) for s in SPEC["switches"].values())
+
+
+def test_a_rewrite_only_takes_a_statement_out() -> None:
+    """A rewrite of vLLM's source replaces one statement with a comment that says why, nothing else: it may keep a
+    package importable without a removed library, never change what runs."""
+    paths = {p["path"] for p in SPEC["paths"]}
+    for rewrite in SPEC["rewrites"]:
+        assert rewrite["old"].strip() and rewrite["old"].endswith("\n")
+        assert all(line.startswith("# ") for line in rewrite["new"].splitlines()), rewrite["new"]
+        assert "docker/slim.json" in rewrite["new"]
+        # It serves a removal in the same package.
+        assert any(p.startswith(rewrite["path"].rsplit("/", 1)[0] + "/") for p in paths), rewrite["path"]
+
+
+def test_the_proof_records_flash_attention_refused_on_a_t4() -> None:
+    proof = json.loads(SLIM_PROOF.read_text())
+    fa = proof["flash_attention_on_t4"]
+    assert (fa["package_imported"], fa["fa2_available"], fa["fa3_available"], fa["versions_supported"]) == (
+        True, False, False, []
+    )
 
 
 def test_no_real_serve_imported_a_removed_package() -> None:

@@ -28,10 +28,12 @@ from t4serve.httpclient import Answer, HttpFailure, fetch, local_url
 from t4serve.secrets import client_api_key
 from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_state
+from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_config_error, read_state
 from t4serve.units import GIB, fmt_duration
 from t4serve.untrusted import Untrusted, parse_float
 
+# What serve left when it stopped on a configuration error (T4SERVE_ON_CONFIG_ERROR=wait), before its first line.
+WAITING = "t4serve serve stopped on a configuration error and waits (the log has it whole):"
 # The whole check (state file, /health, /v1/models) ends within this many seconds; Docker's own timeout is 10 s.
 DEADLINE_S = 6.0
 MAX_DEADLINE_S = 600.0
@@ -111,6 +113,9 @@ def check(
     state_dir: Path, timeout: float = DEADLINE_S, now: float | None = None, api_key: str | None = None
 ) -> tuple[int, str]:
     """(exit code, the one line to print)."""
+    stopped = read_config_error(state_dir)
+    if stopped is not None:
+        return 1, f"unhealthy: {WAITING} {stopped}"
     try:
         state = read_state(state_dir)
     except T4ServeError as exc:
@@ -142,6 +147,10 @@ def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | No
     load the same weights and answer the same way; readiness keeps it out of the Service and says why). `ready` is
     alive only while /health answers 200 within `timeout`: no answer is a hang, 503 a dead engine.
     """
+    stopped = read_config_error(state_dir)
+    if stopped is not None:
+        # A restart would meet the same setting: alive, and readiness says why it takes no traffic.
+        return 0, f"alive: {WAITING} {stopped}"
     try:
         state = read_state(state_dir)
     except T4ServeError as exc:

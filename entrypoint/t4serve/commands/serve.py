@@ -26,6 +26,7 @@ from t4serve.secrets import secret_environment
 from t4serve.settings import Settings
 from t4serve.supervise import pid1
 from t4serve.supervise.state import (
+    CONFIG_ERROR_FILE,
     EXIT_REQUEST_FILE,
     STATE_FILE,
     SUPERVISORD_CONF_FILE,
@@ -59,7 +60,7 @@ def command(settings: Settings) -> int:
     # What an earlier run left in a state folder that outlived its container (as an emptyDir does across a container
     # restart) must not count for this one: its state would read "ready" while the probes run (absent says
     # "starting"), and its listener's exit request would decide this run's exit code.
-    for leftover in (STATE_FILE, EXIT_REQUEST_FILE):
+    for leftover in (STATE_FILE, EXIT_REQUEST_FILE, CONFIG_ERROR_FILE):
         with contextlib.suppress(OSError):
             (Path(settings.state_dir) / leftover).unlink(missing_ok=True)
     facts = gather_facts(settings, os.environ)

@@ -10,11 +10,19 @@ from pathlib import Path
 import click
 
 from t4serve.checkpoint import builtin_facts
+from t4serve.errors import ConfigError
 from t4serve.serde import to_dict
 from t4serve.supervise.logwatch import compare, format_comparison
 from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_exit_request, read_state
+from t4serve.supervise.state import (
+    LOADING_PHASES,
+    PHASE_LABELS,
+    ServeState,
+    read_config_error,
+    read_exit_request,
+    read_state,
+)
 from t4serve.units import fmt_duration
 from t4serve.untrusted import printable
 
@@ -82,6 +90,14 @@ def render_status(state: ServeState, now: float) -> str:
 def command(state_dir: Path | None, as_json: bool) -> int:
     """Print the server's phase, figures vs the plan's predictions, and time-to-ready."""
     folder = state_dir or default_state_dir()
+    stopped = read_config_error(folder)
+    if stopped is not None:
+        raise ConfigError(
+            "t4serve serve stopped on a configuration error and waits for a stop signal (T4SERVE_ON_CONFIG_ERROR=wait)",
+            found=stopped,
+            required="settings that parse (the container's log has the whole message)",
+            fix="fix the setting, then `docker compose up -d` (it recreates the container)",
+        )
     # Both files are read before anything is printed, in both forms: an unreadable one is exit 2 with found /
     # required / fix whether the caller asked for text or JSON (JSON once printed the state and exited 0).
     state = read_state(folder)

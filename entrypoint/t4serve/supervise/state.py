@@ -19,7 +19,15 @@ from typing import Any, TypeVar
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
-from t4serve.untrusted import Untrusted, check_host, check_int, check_text, load_json_file
+from t4serve.untrusted import (
+    Untrusted,
+    check_host,
+    check_int,
+    check_text,
+    load_json_file,
+    printable,
+    read_text_bounded,
+)
 
 STATE_SCHEMA = 1
 # state.json holds 40 log lines and a few figures: some KB. A run spec holds the argv. Anything past this is not ours.
@@ -28,6 +36,8 @@ STATE_FILE = "state.json"
 RUN_SPEC_FILE = "run-spec.json"
 EXIT_REQUEST_FILE = "exit-request.json"
 SUPERVISORD_CONF_FILE = "supervisord.conf"
+# Written by `serve` when it stopped on a configuration error and waits (T4SERVE_ON_CONFIG_ERROR=wait): the message.
+CONFIG_ERROR_FILE = "config-error.txt"
 
 # Phases in the order vLLM goes through them. torch.compile's Dynamo/Inductor pass runs inside vLLM's profiling
 # run (gpu_worker.determine_available_memory), so its time falls in "profiling"; after the KV cache is allocated
@@ -233,6 +243,19 @@ def write_state(state_dir: Path, state: ServeState) -> None:
 
 def read_state(state_dir: Path) -> ServeState:
     return _load(ServeState, state_dir / STATE_FILE, "the server state file")
+
+
+def read_config_error(state_dir: Path) -> str | None:
+    """The first line of the configuration error `serve` stopped on and now waits after (CONFIG_ERROR_FILE), or
+    None when it did not."""
+    try:
+        text = read_text_bounded(state_dir / CONFIG_ERROR_FILE, 16 * 1024, "the configuration error file")
+    except FileNotFoundError:
+        return None
+    except Untrusted as exc:
+        return f"(its message cannot be read: {exc.reason})"
+    lines = text.strip().splitlines()
+    return printable(lines[0])[:500] if lines else "(no message)"
 
 
 def write_run_spec(state_dir: Path, spec: RunSpec) -> Path:

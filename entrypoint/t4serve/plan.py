@@ -379,6 +379,8 @@ def _size(
         host=facts.host,
         kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
         max_num_batched_tokens=settings.max_num_batched_tokens,
+        # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
+        gpu_name=card.name if card is not None else gpu.name,
     )
     try:
         return size(inputs), None

@@ -213,13 +213,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
-        "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once (at most 256).",
+        "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once, at most vLLM's "
+        "default for the planned GPU (256; 1024 on 70 GiB or more but an A100) and at most the batched tokens.",
         auto_or_int(1, 8, MAX_NUM_SEQS_LIMIT), "8", "--max-num-seqs",
     ),
     Variable(
         "T4SERVE_MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", None, "auto",
         "Tokens the scheduler batches per step (`--max-num-batched-tokens`); `auto`: vLLM's default for the planned "
-        "GPU (2048 below 70 GiB). The KV cache's sliding-window groups and the activation peak are sized for it.",
+        "GPU (2048 below 70 GiB and on an A100, 8192 from 70 GiB, 16384 from 160 GiB). The KV cache's sliding-window "
+        "groups and the activation peak are sized for it.",
         auto_or_int(16, 2048), "2048", "--max-num-batched-tokens",
     ),
     Variable(

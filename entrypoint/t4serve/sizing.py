@@ -17,8 +17,6 @@ from t4serve.facts import HostFacts, ModelFacts
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 
-# vLLM's default --max-num-seqs for `vllm serve` on GPUs under 70 GiB (EngineArgs.get_batch_defaults) and the cap here.
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
 # The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
 # less.
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -46,8 +44,10 @@ class SizingInputs:
     host: HostFacts | None
     # T4SERVE_KV_CACHE_MEMORY_BYTES=profile: pass no --kv-cache-memory-bytes, vLLM measures the pool at start.
     kv_profile: bool = False
-    # T4SERVE_MAX_NUM_BATCHED_TOKENS; None: vLLM's default for this GPU's memory.
+    # T4SERVE_MAX_NUM_BATCHED_TOKENS; None: vLLM's default for this GPU (its memory, name and capability).
     max_num_batched_tokens: int | None = None
+    # The device name as vLLM's platform reports it: vLLM's batch defaults keep an A100 on the small tier by name.
+    gpu_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,14 +169,19 @@ def size(inputs: SizingInputs) -> Sizing:
     model = inputs.model
     text = text_config(model)
     notes: list[str] = []
+    defaults = kvcache.vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
     if inputs.max_num_batched_tokens is not None:
         batched = inputs.max_num_batched_tokens
         batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
     else:
-        batched = kvcache.default_max_num_batched_tokens(inputs.gpu_memory_bytes)
-        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {inputs.gpu_memory_bytes / GIB:.1f}"
-                                               " GiB (EngineArgs.get_batch_defaults); passed explicitly so vLLM "
+        batched = defaults.max_num_batched_tokens
+        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
+                                               "(EngineArgs.get_batch_defaults); passed explicitly so vLLM "
                                                "batches what the KV groups and activations were sized for")
+    # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
+    seqs_cap = min(defaults.max_num_seqs, batched)
+    seqs_cap_how = (f"vLLM's default {defaults.max_num_seqs} for {defaults.tier}" if seqs_cap == defaults.max_num_seqs
+                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
     model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
 
     def layout(length: int) -> kvcache.KVLayout:
@@ -185,7 +190,7 @@ def size(inputs: SizingInputs) -> Sizing:
 
     # The pool: a set --kv-cache-memory-bytes is used as is (vLLM skips profiling); else predicted. The activation
     # term depends on max_num_seqs, so predict with the setting (or vLLM's default), then again with the choice.
-    seqs_guess = inputs.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+    seqs_guess = inputs.max_num_seqs or seqs_cap
     if inputs.kv_cache_memory_bytes is not None:
         pool = inputs.kv_cache_memory_bytes
         pool_d = Derived(pool, "B", "T4SERVE_KV_CACHE_MEMORY_BYTES (vLLM skips memory profiling)", "setting")
@@ -238,14 +243,14 @@ def size(inputs: SizingInputs) -> Sizing:
         for _ in range(8):
             blocks = kvcache.capacity(lay, pool).num_blocks
             held = blocks // lay.blocks_per_request
-            previous, chosen = chosen, max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, held))
+            previous, chosen = chosen, max(1, min(seqs_cap, held))
             if inputs.kv_cache_memory_bytes is not None or chosen == previous:
                 break
             pool, how = predict_pool(inputs, text, chosen, batched)
             pool_d = Derived(pool, "B", how)
         seqs = Derived(chosen, "seqs",
                        f"floor({blocks:,} blocks / {lay.blocks_per_request:,} per {length:,}-token request) = "
-                       f"{held}, capped at vLLM's {VLLM_DEFAULT_MAX_NUM_SEQS}: every admitted request can reach "
+                       f"{held}, capped at {seqs_cap_how}: every admitted request can reach "
                        "max_model_len without preemption")
 
     # --kv-cache-memory-bytes: whole blocks of the predicted pool, so tokens and concurrency are exactly these.

@@ -239,3 +239,30 @@ def test_without_option_drops_both_spellings() -> None:
 
     argv = ["--a", "1", "--served-model-name", "x", "--b", "--served-model-name=y", "--served-model-names", "z"]
     assert without_option(argv, "--served-model-name") == ("--a", "1", "--b", "--served-model-names", "z")
+
+
+def test_an_a100_keeps_vllms_small_batch_defaults_by_its_name() -> None:
+    """vLLM keeps an 80 GiB A100 at 2048 batched tokens and 256 seqs (its name check); 8192 would hold 4 x 8192
+    tokens in flight per sliding group and give up KV capacity vLLM itself would have kept."""
+    a100 = plan_for(with_known_gpu(t4(), "a100"), T4SERVE_MODEL="bf16")
+    assert flag(a100.argv, "--max-num-batched-tokens") == "2048"
+    assert a100.sizing is not None and "A100" in a100.sizing.max_num_batched_tokens.how
+    assert int(a100.sizing.max_num_seqs.value) <= 256 and "256" in a100.sizing.max_num_seqs.how
+    forced = plan_for(with_known_gpu(t4(), "a100"), T4SERVE_MODEL="bf16", T4SERVE_MAX_NUM_BATCHED_TOKENS="8192")
+    assert forced.sizing is not None and forced.sizing.kv_tokens.value < a100.sizing.kv_tokens.value
+
+
+def test_an_h100_gets_vllms_large_defaults_and_its_seqs_cap() -> None:
+    h100 = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_MODEL="qat", T4SERVE_MAX_MODEL_LEN="1024")
+    assert h100.sizing is not None
+    assert flag(h100.argv, "--max-num-batched-tokens") == "8192"
+    # 1024-token requests: the pool holds thousands, vLLM's default caps at 1024 on this tier.
+    assert flag(h100.argv, "--max-num-seqs") == "1024"
+    assert "1024" in h100.sizing.max_num_seqs.how
+
+
+def test_max_num_seqs_never_exceeds_the_batched_tokens() -> None:
+    p = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_MODEL="qat", T4SERVE_MAX_MODEL_LEN="1024",
+                 T4SERVE_MAX_NUM_BATCHED_TOKENS="512")
+    assert flag(p.argv, "--max-num-seqs") == "512"
+    assert p.sizing is not None and "max_num_batched_tokens 512" in p.sizing.max_num_seqs.how

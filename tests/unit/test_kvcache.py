@@ -143,3 +143,64 @@ def test_estimate_max_model_len_binary_search() -> None:
 def test_incomplete_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="lacks what KV cache sizing needs"):
         kv.kv_cache_specs({"hidden_size": 10}, 2)
+
+
+def dense(**extra: object) -> dict[str, object]:
+    """A dense decoder's text config (Phi-4-mini's shape: 32 layers, 24 query and 8 KV heads of 128)."""
+    return {"num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8, "hidden_size": 3072,
+            **extra}
+
+
+def test_model_level_window_without_layer_types_slides_every_layer() -> None:
+    """vLLM sets CacheConfig.sliding_window when layer_types is absent, and every layer built without a window of its
+    own takes it: Phi-4-mini's 262,144-token window makes each layer a sliding spec, one block more per request."""
+    specs = kv.kv_cache_specs(dense(sliding_window=262144), 2)
+    assert {s.kind for s in specs} == {"sliding"} and {s.sliding_window for s in specs} == {262144}
+    lay = kv.kv_layout(dense(sliding_window=262144), dtype_bytes=2, max_model_len=16384, max_num_batched_tokens=2048)
+    assert len(lay.groups) == 1 and lay.blocks_per_request == 16384 // 16 + 1
+    full = kv.kv_layout(dense(), dtype_bytes=2, max_model_len=16384, max_num_batched_tokens=2048)
+    assert full.blocks_per_request == 16384 // 16
+
+
+def test_a_window_only_where_layer_types_say_sliding() -> None:
+    all_full = dense(sliding_window=4096, layer_types=["full_attention"] * 32)
+    assert {s.kind for s in kv.kv_cache_specs(all_full, 2)} == {"full"}
+    all_sliding = dense(sliding_window=4096, layer_types=["sliding_attention"] * 32)
+    assert {s.sliding_window for s in kv.kv_cache_specs(all_sliding, 2)} == {4096}
+    # A window of 0 is "no window" (vLLM's ModelConfig turns it into None).
+    assert {s.kind for s in kv.kv_cache_specs(dense(sliding_window=0), 2)} == {"full"}
+
+
+def test_layers_of_other_kinds_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="outside what t4serve sizes") as exc:
+        kv.kv_cache_specs(dense(layer_types=["linear_attention", "full_attention"] * 16), 2)
+    assert "linear_attention" in exc.value.found
+    with pytest.raises(ConfigError, match="outside what t4serve sizes") as exc:
+        kv.kv_cache_specs(dense(kv_lora_rank=512), 2)
+    assert "MLA" in exc.value.found or "latent" in exc.value.found
+    assert exc.value.fix is not None and "T4SERVE_KV_CACHE_MEMORY_BYTES=profile" in exc.value.fix
+
+
+def test_disabled_hybrid_manager_allocates_sliding_layers_in_full() -> None:
+    """--disable-hybrid-kv-cache-manager: E2B's 12 sliding layers are promoted to full attention, and with their
+    256-wide heads the 15 layers form one group of per-layer pages (UniformTypeKVCacheSpecs)."""
+    hybrid = layout(16384)
+    flat = layout(16384, hybrid_kv_cache_manager=False)
+    assert len(flat.groups) == 1 and flat.groups[0].uniform_type
+    assert flat.bytes_per_block == 12 * 16384 + 3 * 32768
+    assert flat.blocks_per_request == 16384 // 16
+    per_request = (flat.blocks_per_request * flat.bytes_per_block, hybrid.blocks_per_request * hybrid.bytes_per_block)
+    assert 1.85 < per_request[0] / per_request[1] < 1.95  # "almost 2x" the bytes per max-length request
+    # A model of one kind is left as it is.
+    one_kind = kv.kv_layout(dense(sliding_window=4096), dtype_bytes=2, max_model_len=16384,
+                            max_num_batched_tokens=2048, hybrid_kv_cache_manager=False)
+    assert {g.spec.kind for g in one_kind.groups} == {"sliding"}
+
+
+def test_async_scheduling_and_block_size_move_the_sliding_groups() -> None:
+    sync = layout(16384, async_scheduling=False)
+    assert sync.in_flight_tokens == 2048
+    assert sync.blocks_per_request_by_group[0] == -(-(511 + 2048) // 32) + 1
+    big = layout(16384, block_size=32)
+    assert big.bytes_per_block == 2 * layout(16384).bytes_per_block
+    assert big.blocks_per_request_by_group[-1] == 16384 // 32

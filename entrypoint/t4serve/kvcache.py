@@ -8,6 +8,7 @@ vLLM's own code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -409,24 +410,29 @@ def pool_bytes_range(layout: KVLayout, tokens: int) -> tuple[int, int]:
     return low_blocks * layout.bytes_per_block, high_blocks * layout.bytes_per_block
 
 
-def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
-                           max_num_batched_tokens: int, async_scheduling: bool = True,
-                           block_size: int = DEFAULT_BLOCK_SIZE, hybrid_kv_cache_manager: bool = True) -> int:
-    """`_estimate_max_model_len_from_groups`: the largest max_model_len <= upper whose one request fits; 0 if none."""
-
-    def ok(length: int) -> bool:
-        layout = kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
-                           max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                           block_size=block_size, hybrid_kv_cache_manager=hybrid_kv_cache_manager)
-        return fits(layout, pool_bytes)
-
-    if not ok(1):
+def fit_max_model_len(layout_for: Callable[[int], KVLayout], pool_bytes: int, upper: int) -> int:
+    """`_estimate_max_model_len_from_groups`: the largest max_model_len <= upper whose one request fits the pool
+    (binary search, as vLLM's), 0 if none. `layout_for(length)` is the layout at that length."""
+    if not fits(layout_for(1), pool_bytes):
         return 0
     left, right, best = 1, upper, 1
     while left <= right:
         mid = (left + right) // 2
-        if ok(mid):
+        if fits(layout_for(mid), pool_bytes):
             best, left = mid, mid + 1
         else:
             right = mid - 1
     return best
+
+
+def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
+                           max_num_batched_tokens: int, async_scheduling: bool = True,
+                           block_size: int = DEFAULT_BLOCK_SIZE, hybrid_kv_cache_manager: bool = True) -> int:
+    """`fit_max_model_len` for fixed batched tokens and flags."""
+
+    def layout_for(length: int) -> KVLayout:
+        return kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
+                         max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                         block_size=block_size, hybrid_kv_cache_manager=hybrid_kv_cache_manager)
+
+    return fit_max_model_len(layout_for, pool_bytes, upper)

@@ -19,6 +19,7 @@ from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
+from t4serve.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.patch.clamp import (
     MIN_CLAMPED_HEAD,
     SHARED_MEMORY_ENV,
@@ -28,14 +29,13 @@ from t4serve.patch.clamp import (
 )
 from t4serve.serde import to_dict
 from t4serve.settings import KV_PROFILE, Settings
-from t4serve.sizing import Sizing, SizingInputs, size
+from t4serve.sizing import TRITON_ATTENTION, Sizing, SizingInputs, size
 
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
 BF16_MIN_CAPABILITY = (8, 0)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # vLLM's FlashAttention and FlashInfer backends need capability 8.0; below it vLLM runs its Triton attention.
 TRITON_ONLY_BELOW = (8, 0)
-TRITON_ATTENTION = "TRITON_ATTN"
 # A device taken from the known-GPU table (`plan --gpu t4`) carries this uuid prefix instead of a real uuid.
 KNOWN_GPU_UUID_PREFIX = "known:"
 
@@ -298,11 +298,23 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     if kv_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
+    flags = kv_flags(settings.vllm_args)
+    if flags.block_size is None:
+        # Pinned, so the KV figures hold whichever attention backend vLLM picks (t4serve.kvflags.PLAN_BLOCK_SIZE).
+        argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
         argv += ["--attention-backend", TRITON_ATTENTION]
         backend = TRITON_ATTENTION
+    elif sizing is not None and sizing.pinned_attention_backend and backend is None:
+        argv += ["--attention-backend", sizing.pinned_attention_backend]
+        backend = sizing.pinned_attention_backend
+        notes.append(
+            f"--attention-backend {backend} pinned: this model's KV pages differ in size, and their layout in the pool "
+            "depends on the backend; t4serve's KV figures are Triton's (vLLM itself picks Triton for Gemma 4 below "
+            "capability 9.0, FlashAttention 4 from 9.0)"
+        )
     argv += list(settings.vllm_args)
 
     env = {
@@ -379,6 +391,8 @@ def _size(
         host=facts.host,
         kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
         max_num_batched_tokens=settings.max_num_batched_tokens,
+        kv_flags=kv_flags(settings.vllm_args),
+        attention_backend=attention_backend(settings.vllm_args),
         # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
         gpu_name=card.name if card is not None else gpu.name,
     )

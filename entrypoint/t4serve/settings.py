@@ -23,6 +23,7 @@ from t4serve import compilation, secrets, untrusted
 from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.kvflags import refused_kv_flag
 from t4serve.secrets import Secret
 from t4serve.untrusted import REDACTED
 from t4serve.variables import (
@@ -158,10 +159,13 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
             f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
         ) from None
     for i, arg in enumerate(args):
+        following = args[i + 1] if i + 1 < len(args) else None
         problem = (
             vllm_flag_conflict(arg)
-            or refused_value(arg, args[i + 1] if i + 1 < len(args) else None)
+            or refused_value(arg, following)
             or secret_flag_inside(arg)
+            # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.kvflags).
+            or refused_kv_flag(arg, following)
         )
         if problem is not None:
             flag = arg.split("=", 1)[0]

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from t4serve import hostmem, kvcache
+from t4serve import hostmem, kvcache, kvflags
 from t4serve.checkpoint import PART_KV_SHARED_DROPPED
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.kvflags import KVFlags
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 
+# vLLM's Triton attention backend, pinned where the KV layout depends on the backend (attention_backend_for).
+TRITON_ATTENTION = "TRITON_ATTN"
 # The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
 # less.
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -48,6 +51,9 @@ class SizingInputs:
     max_num_batched_tokens: int | None = None
     # The device name as vLLM's platform reports it: vLLM's batch defaults keep an A100 on the small tier by name.
     gpu_name: str = ""
+    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags), and the --attention-backend it names.
+    kv_flags: KVFlags = field(default_factory=KVFlags)
+    attention_backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,10 @@ class Sizing:
     swap_to_add_bytes: Derived
     decode_ceiling_tokens_per_s: Derived | None
     notes: list[str] = field(default_factory=list)
+    # The `--block-size` the KV figures are for, and the `--attention-backend` the plan must pass for them to hold
+    # (None: any backend vLLM picks lays this model's KV cache out alike).
+    block_size: int = kvflags.PLAN_BLOCK_SIZE
+    pinned_attention_backend: str | None = None
 
 
 def text_config(model: ModelFacts) -> dict[str, object]:
@@ -165,28 +175,87 @@ def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: in
     return pool, how
 
 
+def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:
+    """vLLM's `SchedulerConfig.verify_max_model_len`: max_num_batched_tokens >= max_num_seqs, in its words."""
+    if max_num_seqs is not None and batched < max_num_seqs:
+        raise ConfigError(
+            "vLLM would refuse T4SERVE_MAX_NUM_SEQS above the batched tokens",
+            found=f"T4SERVE_MAX_NUM_SEQS={max_num_seqs}, max_num_batched_tokens {batched}",
+            required=f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs "
+                     f"({max_num_seqs}) (vLLM's words)",
+            fix=f"set T4SERVE_MAX_NUM_SEQS={batched} or lower, or T4SERVE_MAX_NUM_BATCHED_TOKENS={max_num_seqs} or "
+                "more",
+        )
+
+
+def check_batched_covers_max_model_len(flags: KVFlags, batched_setting: int | None, max_model_len: int) -> None:
+    """vLLM's `SchedulerConfig.verify_max_model_len`: with chunked prefill off, max_num_batched_tokens must hold a
+    whole max_model_len. An auto batched size is raised to it (as vLLM's own default is); a set one is refused."""
+    if flags.chunked_prefill or batched_setting is None or batched_setting >= max_model_len:
+        return
+    raise ConfigError(
+        "vLLM would refuse these batched tokens with chunked prefill off",
+        found=f"--no-enable-chunked-prefill in T4SERVE_VLLM_ARGS, T4SERVE_MAX_NUM_BATCHED_TOKENS={batched_setting}, "
+              f"max_model_len {max_model_len}",
+        required=f"max_num_batched_tokens ({batched_setting}) is smaller than max_model_len ({max_model_len}). This "
+                 "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                 "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len. (vLLM's words)",
+        fix=f"set T4SERVE_MAX_NUM_BATCHED_TOKENS={max_model_len} or more (or auto), lower T4SERVE_MAX_MODEL_LEN, or "
+            "drop --no-enable-chunked-prefill from T4SERVE_VLLM_ARGS",
+    )
+
+
+def attention_backend_for(text: dict[str, object], inputs: SizingInputs, block_size: int) -> str | None:
+    """The attention backend the plan must pin, or None. Where the model's KV pages differ in size (Gemma 4: 256- and
+    512-wide heads), vLLM's KV layout depends on the backend (page packing, block-outermost layouts), and t4serve
+    models Triton's; on capability 9.0 vLLM would run Gemma 4 on FlashAttention 4 instead. So TRITON_ATTN is pinned
+    there, and another backend the user names is refused. Uniform pages are laid out alike by every backend at the
+    block sizes t4serve passes."""
+    pages = {s.page_size_bytes for s in kvcache.kv_cache_specs(dict(text), inputs.dtype_bytes, block_size)}
+    if len(pages) <= 1:
+        return None
+    chosen = inputs.attention_backend
+    if chosen is not None and chosen.upper() != TRITON_ATTENTION:
+        raise ConfigError(
+            f"--attention-backend {chosen}: t4serve sizes this model's KV cache for TRITON_ATTN only",
+            found=f"KV pages of {', '.join(f'{p:,}' for p in sorted(pages))} B in one model, whose layout in the pool "
+                  f"depends on the attention backend; T4SERVE_VLLM_ARGS names {chosen}",
+            required="--attention-backend TRITON_ATTN for a model whose layers have different KV page sizes",
+            fix="drop --attention-backend from T4SERVE_VLLM_ARGS (t4serve pins TRITON_ATTN) or set T4SERVE_KV_CACHE_"
+                "MEMORY_BYTES=profile and T4SERVE_MAX_NUM_SEQS yourself",
+        )
+    return TRITON_ATTENTION
+
+
 def size(inputs: SizingInputs) -> Sizing:
     model = inputs.model
     text = text_config(model)
     notes: list[str] = []
+    flags = inputs.kv_flags
+    block_size = flags.planned_block_size
     defaults = kvcache.vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
-    if inputs.max_num_batched_tokens is not None:
-        batched = inputs.max_num_batched_tokens
-        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
-    else:
-        batched = defaults.max_num_batched_tokens
-        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
-                                               "(EngineArgs.get_batch_defaults); passed explicitly so vLLM "
-                                               "batches what the KV groups and activations were sized for")
-    # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
-    seqs_cap = min(defaults.max_num_seqs, batched)
-    seqs_cap_how = (f"vLLM's default {defaults.max_num_seqs} for {defaults.tier}" if seqs_cap == defaults.max_num_seqs
-                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
     model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
+    target = inputs.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model_max)
+
+    def batched_for(length: int) -> int:
+        """The batched tokens for a max_model_len: the setting, else vLLM's default, which vLLM itself raises to
+        max_model_len when chunked prefill is off (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
+        if inputs.max_num_batched_tokens is not None:
+            return inputs.max_num_batched_tokens
+        if flags.chunked_prefill:
+            return defaults.max_num_batched_tokens
+        return max(defaults.max_num_batched_tokens, length)
 
     def layout(length: int) -> kvcache.KVLayout:
         return kvcache.kv_layout(text, dtype_bytes=inputs.dtype_bytes, max_model_len=length,
-                                 max_num_batched_tokens=batched)
+                                 max_num_batched_tokens=batched_for(length), async_scheduling=flags.async_scheduling,
+                                 block_size=block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager)
+
+    pinned_backend = attention_backend_for(text, inputs, block_size)
+    batched = batched_for(target)
+    # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
+    seqs_cap = min(defaults.max_num_seqs, batched)
+    check_seqs_within_batched(inputs.max_num_seqs, batched)
 
     # The pool: a set --kv-cache-memory-bytes is used as is (vLLM skips profiling); else predicted. The activation
     # term depends on max_num_seqs, so predict with the setting (or vLLM's default), then again with the choice.
@@ -208,9 +277,9 @@ def size(inputs: SizingInputs) -> Sizing:
     # max_model_len: the setting, else the published 16384 capped by the model and by what one request can fit.
     if inputs.max_model_len is not None:
         max_len = Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
+        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, inputs.max_model_len)
         if not kvcache.fits(layout(inputs.max_model_len), pool):
-            fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes, upper=model_max,
-                                                 max_num_batched_tokens=batched)
+            fit = kvcache.fit_max_model_len(layout, pool, model_max)
             raise ConfigError(
                 "T4SERVE_MAX_MODEL_LEN does not fit the KV cache pool",
                 found=f"{inputs.max_model_len:,} tokens need {kvcache.min_pool_bytes(layout(inputs.max_model_len)):,}"
@@ -219,20 +288,39 @@ def size(inputs: SizingInputs) -> Sizing:
                 fix=f"set T4SERVE_MAX_MODEL_LEN={fit} or lower, or use the QAT checkpoint",
             )
     else:
-        fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes,
-                                             upper=min(DEFAULT_MAX_MODEL_LEN, model_max),
-                                             max_num_batched_tokens=batched)
+        fit = kvcache.fit_max_model_len(layout, pool, target)
         if fit == 0:
             raise ConfigError(
                 "the KV cache pool cannot hold even one token",
                 found=f"pool {pool:,} B", required=f"at least {layout(1).bytes_per_block * 2:,} B",
                 fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
             )
+        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, fit)
         max_len = Derived(fit, "tokens",
                           f"min({DEFAULT_MAX_MODEL_LEN} as published, model's {model_max:,}, largest one request fits "
                           f"in the pool) = {fit:,}")
     length = int(max_len.value)
     lay = layout(length)
+    if batched_for(length) != batched:
+        # Chunked prefill off: vLLM batches a whole max_model_len per step; the activations are sized for it.
+        batched = batched_for(length)
+        seqs_cap = min(defaults.max_num_seqs, batched)
+        if inputs.kv_cache_memory_bytes is None:
+            pool, how = predict_pool(inputs, text, inputs.max_num_seqs or seqs_cap, batched)
+            pool_d = Derived(pool, "B", how)
+    if inputs.max_num_batched_tokens is not None:
+        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
+    elif batched != defaults.max_num_batched_tokens:
+        batched_d = Derived(batched, "tokens", f"max({defaults.max_num_batched_tokens} vLLM's default for "
+                                               f"{defaults.tier}, max_model_len {length:,}): with chunked prefill "
+                                               "off vLLM batches a whole request per step")
+    else:
+        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
+                                               "(EngineArgs.get_batch_defaults); passed explicitly so vLLM "
+                                               "batches what the KV groups and activations were sized for")
+    seqs_cap_how = (f"vLLM's default {defaults.max_num_seqs} for {defaults.tier}" if seqs_cap == defaults.max_num_seqs
+                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
+    notes += [f"T4SERVE_VLLM_ARGS: {word} (in the KV figures)" for word in flags.describe()]
 
     # max_num_seqs: as many max-length requests as the pool holds at once (no preemption), capped at vLLM's default.
     # The sampler's share of the activation peak grows with max_num_seqs, so choose and re-predict until stable.
@@ -302,4 +390,6 @@ def size(inputs: SizingInputs) -> Sizing:
         swap_to_add_bytes=host.swap_to_add_bytes,
         decode_ceiling_tokens_per_s=ceiling,
         notes=notes,
+        block_size=block_size,
+        pinned_attention_backend=pinned_backend,
     )

@@ -17,7 +17,7 @@ from typing import Any
 from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
-from t4serve.facts import Facts, GpuDevice, ModelFacts
+from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
 from t4serve.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.patch.clamp import (
@@ -392,6 +392,7 @@ def _size(
         kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         kv_flags=kv_flags(settings.vllm_args),
+        allow_long_max_model_len=vllm_env_true(facts.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")),
         attention_backend=attention_backend(settings.vllm_args),
         # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
         gpu_name=card.name if card is not None else gpu.name,

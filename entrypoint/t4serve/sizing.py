@@ -54,6 +54,8 @@ class SizingInputs:
     # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags), and the --attention-backend it names.
     kv_flags: KVFlags = field(default_factory=KVFlags)
     attention_backend: str | None = None
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
+    allow_long_max_model_len: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,82 @@ def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: in
     return pool, how
 
 
+# vLLM 0.33 `ModelArchConfigConvertorBase.derive_max_model_len_and_key`: the smallest of these in the text config;
+# a `model_max_length` (Command-R) then overrides.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# `_get_and_verify_max_len`: RoPE types whose max_position_embeddings is already the scaled length (no `factor`).
+UNSCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+# `is_rope_parameters_nested`: rope parameters keyed by layer type (Gemma 3/4) or by DeepSeek-V4's rope kinds.
+ROPE_NESTING_KEYS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "main",
+                     "compress")
+# `_get_and_verify_max_len` when no key names a length and max_model_len is unset.
+VLLM_DEFAULT_MAX_LEN = 2048
+
+
+def _rope_parameters(text: dict[str, object]) -> list[dict[str, object]]:
+    """vLLM's `iter_rope_parameters` over `rope_parameters` (transformers 5; `rope_scaling` in older configs, with
+    `type` for `rope_type`, as vLLM's `patch_rope_parameters` reads them)."""
+    params = text.get("rope_parameters") or text.get("rope_scaling")
+    if not isinstance(params, dict) or not params:
+        return []
+    if set(params) <= set(ROPE_NESTING_KEYS):
+        return [p for p in params.values() if isinstance(p, dict) and p]
+    return [params]
+
+
+def derived_max_model_len(text: dict[str, object]) -> tuple[int | None, str]:
+    """vLLM's derived maximum max_model_len for a text config and how it was reached; None where no key names one
+    (vLLM then takes any set length and defaults to 2048). `_get_and_verify_max_len` less the parts t4serve refuses
+    (--disable-sliding-window) or that apply to pooling models only (the tokenizer's model_max_length)."""
+    derived: float = float("inf")
+    key = None
+    for name in MAX_LEN_KEYS:
+        value = text.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < derived:
+            derived, key = value, name
+    override = text.get("model_max_length")
+    if isinstance(override, (int, float)) and not isinstance(override, bool) and override:
+        derived, key = override, "model_max_length"
+    if derived == float("inf"):
+        return None, "no max_position_embeddings or similar key in config.json"
+    how = f"{key}={int(derived):,}"
+    factor = 1.0
+    if "gemma3" not in str(text.get("model_type") or ""):
+        for params in _rope_parameters(text):
+            rope_type = params.get("rope_type") or params.get("type")
+            raw = params.get("factor")
+            if rope_type not in UNSCALED_ROPE_TYPES and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                factor = float(raw)
+    if factor != 1.0:
+        how += f" x RoPE factor {factor:g}"
+    return int(derived * factor), how
+
+
+def check_max_model_len_within_the_model(text: dict[str, object], max_model_len: int, allow_long: bool) -> str | None:
+    """vLLM's check of a set max_model_len against the model's derived maximum, in its words; a note when
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN lets it pass, None when within."""
+    derived, how = derived_max_model_len(text)
+    if derived is None or max_model_len <= derived:
+        return None
+    model_max_length = text.get("model_max_length")
+    if isinstance(model_max_length, int) and max_model_len <= model_max_length:
+        return None
+    said = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len ({how} or "
+            f"model_max_length={model_max_length} in model's config.json).")
+    if allow_long:
+        return (f"T4SERVE_MAX_MODEL_LEN={max_model_len} is above the model's {how}; VLLM_ALLOW_LONG_MAX_MODEL_LEN "
+                "is set, so vLLM accepts it with a warning (positions past the model's maximum may give NaN)")
+    raise ConfigError(
+        "vLLM would refuse T4SERVE_MAX_MODEL_LEN above the model's maximum",
+        found=f"T4SERVE_MAX_MODEL_LEN={max_model_len}; the model's {how}",
+        required=f"{said} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+                 "(vLLM's words)",
+        fix=f"set T4SERVE_MAX_MODEL_LEN={derived} or lower (or auto), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
+            "container's environment if you accept positions past what the model was trained on",
+    )
+
+
 def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:
     """vLLM's `SchedulerConfig.verify_max_model_len`: max_num_batched_tokens >= max_num_seqs, in its words."""
     if max_num_seqs is not None and batched < max_num_seqs:
@@ -234,7 +312,13 @@ def size(inputs: SizingInputs) -> Sizing:
     flags = inputs.kv_flags
     block_size = flags.planned_block_size
     defaults = kvcache.vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
-    model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
+    derived_max, derived_how = derived_max_model_len(text)
+    model_max = derived_max or VLLM_DEFAULT_MAX_LEN
+    if inputs.max_model_len is not None:
+        long_note = check_max_model_len_within_the_model(text, inputs.max_model_len, inputs.allow_long_max_model_len)
+        if long_note is not None:
+            notes.append(long_note)
+            model_max = inputs.max_model_len
     target = inputs.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model_max)
 
     def batched_for(length: int) -> int:
@@ -297,8 +381,8 @@ def size(inputs: SizingInputs) -> Sizing:
             )
         check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, fit)
         max_len = Derived(fit, "tokens",
-                          f"min({DEFAULT_MAX_MODEL_LEN} as published, model's {model_max:,}, largest one request fits "
-                          f"in the pool) = {fit:,}")
+                          f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {model_max:,} ({derived_how}), "
+                          f"largest one request fits in the pool) = {fit:,}")
     length = int(max_len.value)
     lay = layout(length)
     if batched_for(length) != batched:

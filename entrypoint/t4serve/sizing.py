@@ -91,23 +91,31 @@ def text_config(model: ModelFacts) -> dict[str, object]:
     return text
 
 
+# safetensors dtypes of floating-point weights and their bits: vLLM holds these in the model dtype.
+FLOAT_WEIGHT_BITS = {"F16": 16, "BF16": 16, "F32": 32, "F64": 64}
+
+
 def weights_in_gpu(model: ModelFacts, dtype_bytes: int) -> tuple[int, str]:
-    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; 32-bit floats cast to the dtype."""
+    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; floating-point tensors in the model
+    dtype (float32 weights cast down to 16 bits, 16-bit ones up to float32), quantized and 8-bit ones as stored."""
     total = 0
-    f32 = 0
+    cast: dict[str, int] = {}
     for g in model.weights:
         if g.part == PART_KV_SHARED_DROPPED:
             continue
         for dtype, n in g.bytes_by_dtype.items():
-            if dtype == "F32":
-                f32 += n
-                total += n * dtype_bytes // 4
+            bits = FLOAT_WEIGHT_BITS.get(dtype)
+            if bits is not None and bits != 8 * dtype_bytes:
+                held = n * 8 * dtype_bytes // bits
+                cast[dtype] = cast.get(dtype, 0) + held - n
+                total += held
             else:
                 total += n
     dropped = sum(g.total_bytes for g in model.weights if g.part == PART_KV_SHARED_DROPPED)
     how = f"{model.weight_bytes / GIB:.4f} GiB in the headers - {dropped / GIB:.4f} GiB dropped KV-shared K/V"
-    if f32:
-        how += f" - {(f32 - f32 * dtype_bytes // 4) / GIB:.4f} GiB of float32 cast to {8 * dtype_bytes}-bit"
+    for dtype, change in sorted(cast.items()):
+        sign = "+" if change > 0 else "-"
+        how += f" {sign} {abs(change) / GIB:.4f} GiB of {dtype} held as {8 * dtype_bytes}-bit"
     return total, how
 
 
@@ -355,7 +363,10 @@ def size(inputs: SizingInputs) -> Sizing:
             "no GPU memory is left for the KV cache",
             found=f"predicted pool {pool / GIB:.2f} GiB: {pool_d.how}",
             required="weights + activations below total x T4SERVE_GPU_MEMORY_UTILIZATION",
-            fix="use the QAT checkpoint (T4SERVE_MODEL=qat), raise T4SERVE_GPU_MEMORY_UTILIZATION, or a larger GPU",
+            fix="use a smaller or quantized checkpoint (for Gemma 4 E2B: T4SERVE_MODEL=qat), raise "
+                "T4SERVE_GPU_MEMORY_UTILIZATION, or a larger GPU"
+                + ("; the weights are held in float32 here, twice their 16 bits (the plan's dtype line says why)"
+                   if inputs.dtype_bytes == 4 else ""),
         )
 
     # max_model_len: the setting, else the published 16384 capped by the model and by what one request can fit.

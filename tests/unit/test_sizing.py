@@ -159,3 +159,15 @@ def test_max_model_len_above_the_model_is_refused_in_vllms_words(bf16: ModelFact
 def test_auto_max_model_len_says_the_models_maximum(bf16: ModelFacts) -> None:
     s = sizing.size(inputs(bf16, max_model_len=None, max_num_seqs=None))
     assert "max_position_embeddings=131,072" in s.max_model_len.how
+
+
+def test_weights_are_held_in_the_model_dtype(bf16: ModelFacts, qat: ModelFacts) -> None:
+    """vLLM keeps floating-point weights in the model dtype: bf16 weights take twice the bytes in float32; QAT's
+    packed int4 weights stay as stored, only its 16-bit tensors double."""
+    half, _ = sizing.weights_in_gpu(bf16, 2)
+    full, how = sizing.weights_in_gpu(bf16, 4)
+    assert full == 2 * half and "BF16 held as 32-bit" in how
+    q_half, _ = sizing.weights_in_gpu(qat, 2)
+    q_full, _ = sizing.weights_in_gpu(qat, 4)
+    packed = sum(n for g in qat.weights for d, n in g.bytes_by_dtype.items() if d in ("I32", "I64"))
+    assert packed > 0 and q_full == 2 * q_half - packed

@@ -158,9 +158,8 @@ def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEF
         layers = int(text["num_hidden_layers"])
         named_types = text.get("layer_types")
         layer_types = list(named_types) if named_types else ["full_attention"] * layers
-        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
-        kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
-    except (KeyError, TypeError, ValueError) as exc:
+        heads = layer_heads(text)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise ConfigError(
             "the model's config.json lacks what KV cache sizing needs",
             found=f"text config without a usable {exc}",
@@ -173,10 +172,6 @@ def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEF
         raise _outside_the_model(f"layer type {unknown[0]}",
                                  f"layer_types names {', '.join(unknown)} (t4serve knows "
                                  f"{' and '.join(ATTENTION_LAYER_TYPES)})")
-    global_head = int(text.get("global_head_dim") or head_dim)
-    global_kv_heads = kv_heads
-    if text.get("attention_k_eq_v") and text.get("num_global_key_value_heads"):
-        global_kv_heads = int(text["num_global_key_value_heads"])
     window = int(text.get("sliding_window") or 0) or None
     # `EngineArgs.create_engine_config`: the model-level window only when no layer type says otherwise.
     model_window = window if not named_types or all(t == "sliding_attention" for t in layer_types) else None
@@ -185,14 +180,46 @@ def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEF
     for i in range(owning):
         own_window = window if layer_types[i] == "sliding_attention" else None
         effective = own_window or model_window
-        if layer_types[i] == "sliding_attention" and effective:
-            specs.append(KVSpec(i, block_size, kv_heads, head_dim, dtype_bytes, effective))
-        elif effective:
-            # A layer the model builds without a window of its own, sliding by the model-level window.
-            specs.append(KVSpec(i, block_size, global_kv_heads, global_head, dtype_bytes, effective))
-        else:
-            specs.append(KVSpec(i, block_size, global_kv_heads, global_head, dtype_bytes, None))
+        specs.append(KVSpec(i, block_size, heads[i][0], heads[i][1], dtype_bytes, effective))
     return specs
+
+
+def layer_heads(text: dict[str, Any]) -> list[tuple[int, int]]:
+    """(KV heads, head size) of each decoder layer, as vLLM's attention layers get them.
+
+    A config read through vLLM's reader lists per-layer values where they differ (`layer_overrides`, from
+    transformers' `per_layer_config`: Gemma 4's 512-wide global heads); a config.json as written says it with
+    Gemma 4's `global_head_dim` (and `num_global_key_value_heads` where `attention_k_eq_v`) for full-attention layers.
+    Otherwise every layer has `num_key_value_heads` heads of `head_dim` (hidden_size / num_attention_heads).
+    """
+    layers = int(text["num_hidden_layers"])
+    layer_types = list(text.get("layer_types") or ["full_attention"] * layers)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
+    kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
+    global_head = int(text.get("global_head_dim") or head_dim)
+    global_kv_heads = kv_heads
+    if text.get("attention_k_eq_v") and text.get("num_global_key_value_heads"):
+        global_kv_heads = int(text["num_global_key_value_heads"])
+    overrides = text.get("layer_overrides")
+    out = []
+    for i in range(layers):
+        full = layer_types[i] != "sliding_attention"
+        heads, head = (global_kv_heads, global_head) if full else (kv_heads, head_dim)
+        if isinstance(overrides, list) and i < len(overrides) and isinstance(overrides[i], dict):
+            heads = int(overrides[i].get("num_key_value_heads") or heads)
+            head = int(overrides[i].get("head_dim") or head)
+        out.append((heads, head))
+    return out
+
+
+def head_sizes(text: dict[str, Any]) -> list[int]:
+    """The distinct attention head sizes of the decoder's layers (Gemma 4: 256 and 512); where the config is too
+    sparse for `layer_heads`, the sizes it declares (`head_dim`, `global_head_dim`), else none."""
+    try:
+        return sorted({head for _heads, head in layer_heads(text)})
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        declared = (text.get(key) for key in ("head_dim", "global_head_dim"))
+        return sorted({v for v in declared if isinstance(v, int) and not isinstance(v, bool) and v > 0})
 
 
 def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:

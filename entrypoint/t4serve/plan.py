@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from t4serve import kvcache
 from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import T4ServeError
@@ -151,20 +152,11 @@ def _cap(capability: tuple[int, int]) -> str:
 
 
 def head_sizes(model: ModelFacts | None) -> list[int]:
-    """The attention head sizes config.json declares (Gemma 4: head_dim for sliding, global_head_dim for full)."""
+    """The attention head sizes of the model's layers (Gemma 4: 256 on sliding layers, 512 on full ones)."""
     if model is None:
         return []
-    sizes = []
-    for config in (model.config.get("text"), model.config):
-        if not isinstance(config, dict):
-            continue
-        for key in ("head_dim", "global_head_dim"):
-            value = config.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                sizes.append(value)
-        if sizes:
-            break
-    return sorted(set(sizes))
+    text = model.config.get("text")
+    return kvcache.head_sizes(text) if isinstance(text, dict) else []
 
 
 def clamp_decision(gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[bool, str]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from t4serve import hostmem, kvcache, kvflags
-from t4serve.checkpoint import PART_KV_SHARED_DROPPED
+from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.hfconfig import SIZING_FIELDS
 from t4serve.kvflags import KVFlags
 from t4serve.roofline import roofline
 from t4serve.units import GIB
@@ -122,10 +123,7 @@ def weights_in_gpu(model: ModelFacts, dtype_bytes: int) -> tuple[int, str]:
 def rotary_buffers(text: dict[str, object], dtype_bytes: int) -> tuple[int, str]:
     """vLLM's `get_rope` cos/sin caches: one per distinct head size, [max_position_embeddings, head] in the dtype."""
     max_pos = int(str(text.get("max_position_embeddings", 0)))
-    heads = {int(str(text.get("head_dim") or 0))}
-    if text.get("global_head_dim"):
-        heads.add(int(str(text["global_head_dim"])))
-    heads.discard(0)
+    heads = set(kvcache.head_sizes(dict(text)))
     total = sum(max_pos * h * dtype_bytes for h in heads)
     sizes = " + ".join(map(str, sorted(heads)))
     return total, f"rotary cos/sin caches {max_pos:,} positions x ({sizes}) x {dtype_bytes} B"
@@ -158,7 +156,7 @@ def activation_peak(text: dict[str, object], *, tokens: int, max_num_seqs: int, 
 
     hidden, layers = i("hidden_size"), i("num_hidden_layers")
     mlp = i("intermediate_size") * (2 if text.get("use_double_wide_mlp") else 1)
-    head = max(i("head_dim"), i("global_head_dim"))
+    head = max(kvcache.head_sizes(dict(text)) or [0])
     qkv = (i("num_attention_heads") + 2 * i("num_key_value_heads", 1)) * head
     ple = layers * i("hidden_size_per_layer_input")
     vocab = i("vocab_size")
@@ -259,6 +257,22 @@ def check_max_model_len_within_the_model(text: dict[str, object], max_model_len:
         fix=f"set T4SERVE_MAX_MODEL_LEN={derived} or lower (or auto), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
             "container's environment if you accept positions past what the model was trained on",
     )
+
+
+def config_reading_notes(model: ModelFacts) -> list[str]:
+    """How the text config the figures rest on was read: by vLLM's reader, or as written and what that leaves out."""
+    read_by = model.config.get(CONFIG_READ_BY)
+    unresolved = model.config.get(CONFIG_UNRESOLVED)
+    if isinstance(read_by, str):
+        return [f"model config read as vLLM reads it: {read_by}"]
+    if not isinstance(unresolved, dict):
+        return []
+    fields = [f for f in unresolved.get("fields") or [] if f in SIZING_FIELDS]
+    head = f"model config: config.json as written ({unresolved.get('why')})"
+    if not fields:
+        return [head + "; it sets every field the sizing reads"]
+    return [head + "; not set there, so taken as t4serve's fallbacks where the model's config class may default them "
+            "otherwise: " + "; ".join(f"{f} ({SIZING_FIELDS[f]})" for f in fields)]
 
 
 def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:
@@ -469,6 +483,7 @@ def size(inputs: SizingInputs) -> Sizing:
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
     if model.source == "builtin":
         notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    notes += config_reading_notes(model)
     weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
     buffers, buffers_how = buffers_in_gpu(text, batched, inputs.dtype_bytes)
     return Sizing(

@@ -30,13 +30,14 @@ from t4serve.patch.clamp import (
 )
 from t4serve.serde import to_dict
 from t4serve.settings import KV_PROFILE, Settings
-from t4serve.sizing import TRITON_ATTENTION, Sizing, SizingInputs, size
+from t4serve.sizing import Sizing, SizingInputs, size
 
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
 BF16_MIN_CAPABILITY = (8, 0)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # vLLM's FlashAttention and FlashInfer backends need capability 8.0; below it vLLM runs its Triton attention.
 TRITON_ONLY_BELOW = (8, 0)
+TRITON_ATTENTION = "TRITON_ATTN"
 # A device taken from the known-GPU table (`plan --gpu t4`) carries this uuid prefix instead of a real uuid.
 KNOWN_GPU_UUID_PREFIX = "known:"
 
@@ -345,21 +346,15 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
     flags = kv_flags(settings.vllm_args)
     if flags.block_size is None:
-        # Pinned, so the KV figures hold whichever attention backend vLLM picks (t4serve.kvflags.PLAN_BLOCK_SIZE).
+        # Pinned, so the KV figures hold whichever attention backend vLLM picks: at 16 tokens every backend vLLM 0.33
+        # accepts on these GPUs lays the cache out alike (tests/image/test_kv_oracle_families.py), where FlashAttention
+        # 4 would pick 128 for 256-wide heads on capability 10.x.
         argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
         argv += ["--attention-backend", TRITON_ATTENTION]
         backend = TRITON_ATTENTION
-    elif sizing is not None and sizing.pinned_attention_backend and backend is None:
-        argv += ["--attention-backend", sizing.pinned_attention_backend]
-        backend = sizing.pinned_attention_backend
-        notes.append(
-            f"--attention-backend {backend} pinned: this model's KV pages differ in size, and their layout in the pool "
-            "depends on the backend; t4serve's KV figures are Triton's (vLLM itself picks Triton for Gemma 4 below "
-            "capability 9.0, FlashAttention 4 from 9.0)"
-        )
     argv += list(settings.vllm_args)
 
     env = {
@@ -438,7 +433,6 @@ def _size(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         kv_flags=kv_flags(settings.vllm_args),
         allow_long_max_model_len=vllm_env_true(facts.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")),
-        attention_backend=attention_backend(settings.vllm_args),
         # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
         gpu_name=card.name if card is not None else gpu.name,
     )

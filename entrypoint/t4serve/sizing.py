@@ -19,8 +19,6 @@ from t4serve.kvflags import KVFlags
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 
-# vLLM's Triton attention backend, pinned where the KV layout depends on the backend (attention_backend_for).
-TRITON_ATTENTION = "TRITON_ATTN"
 # The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
 # less.
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -52,9 +50,8 @@ class SizingInputs:
     max_num_batched_tokens: int | None = None
     # The device name as vLLM's platform reports it: vLLM's batch defaults keep an A100 on the small tier by name.
     gpu_name: str = ""
-    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags), and the --attention-backend it names.
+    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags).
     kv_flags: KVFlags = field(default_factory=KVFlags)
-    attention_backend: str | None = None
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
     allow_long_max_model_len: bool = False
 
@@ -74,10 +71,8 @@ class Sizing:
     swap_to_add_bytes: Derived
     decode_ceiling_tokens_per_s: Derived | None
     notes: list[str] = field(default_factory=list)
-    # The `--block-size` the KV figures are for, and the `--attention-backend` the plan must pass for them to hold
-    # (None: any backend vLLM picks lays this model's KV cache out alike).
+    # The `--block-size` the KV figures are for (the plan passes it: t4serve.kvflags.PLAN_BLOCK_SIZE).
     block_size: int = kvflags.PLAN_BLOCK_SIZE
-    pinned_attention_backend: str | None = None
 
 
 def text_config(model: ModelFacts) -> dict[str, object]:
@@ -305,28 +300,6 @@ def check_batched_covers_max_model_len(flags: KVFlags, batched_setting: int | No
     )
 
 
-def attention_backend_for(text: dict[str, object], inputs: SizingInputs, block_size: int) -> str | None:
-    """The attention backend the plan must pin, or None. Where the model's KV pages differ in size (Gemma 4: 256- and
-    512-wide heads), vLLM's KV layout depends on the backend (page packing, block-outermost layouts), and t4serve
-    models Triton's; on capability 9.0 vLLM would run Gemma 4 on FlashAttention 4 instead. So TRITON_ATTN is pinned
-    there, and another backend the user names is refused. Uniform pages are laid out alike by every backend at the
-    block sizes t4serve passes."""
-    pages = {s.page_size_bytes for s in kvcache.kv_cache_specs(dict(text), inputs.dtype_bytes, block_size)}
-    if len(pages) <= 1:
-        return None
-    chosen = inputs.attention_backend
-    if chosen is not None and chosen.upper() != TRITON_ATTENTION:
-        raise ConfigError(
-            f"--attention-backend {chosen}: t4serve sizes this model's KV cache for TRITON_ATTN only",
-            found=f"KV pages of {', '.join(f'{p:,}' for p in sorted(pages))} B in one model, whose layout in the pool "
-                  f"depends on the attention backend; T4SERVE_VLLM_ARGS names {chosen}",
-            required="--attention-backend TRITON_ATTN for a model whose layers have different KV page sizes",
-            fix="drop --attention-backend from T4SERVE_VLLM_ARGS (t4serve pins TRITON_ATTN) or set T4SERVE_KV_CACHE_"
-                "MEMORY_BYTES=profile and T4SERVE_MAX_NUM_SEQS yourself",
-        )
-    return TRITON_ATTENTION
-
-
 def size(inputs: SizingInputs) -> Sizing:
     model = inputs.model
     text = text_config(model)
@@ -357,7 +330,6 @@ def size(inputs: SizingInputs) -> Sizing:
                                  max_num_batched_tokens=batched_for(length), async_scheduling=flags.async_scheduling,
                                  block_size=block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager)
 
-    pinned_backend = attention_backend_for(text, inputs, block_size)
     batched = batched_for(target)
     # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
     seqs_cap = min(defaults.max_num_seqs, batched)
@@ -501,5 +473,4 @@ def size(inputs: SizingInputs) -> Sizing:
         decode_ceiling_tokens_per_s=ceiling,
         notes=notes,
         block_size=block_size,
-        pinned_attention_backend=pinned_backend,
     )

@@ -65,7 +65,14 @@ def stub_cuda_extensions() -> None:
         setattr(flash, name, no_flash_attention)
     flash.fa_version_unsupported_reason = fa_version_unsupported_reason
     flash.is_fa_version_supported = lambda version: fa_version_unsupported_reason(version) is None
+    # vllm/v1/attention/backends/fa_utils.py asks the interface submodule; it answers the same.
+    interface = types.ModuleType("vllm.vllm_flash_attn.flash_attn_interface")
+    for name in ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func", "get_scheduler_metadata",
+                 "fa_version_unsupported_reason", "is_fa_version_supported"):
+        setattr(interface, name, getattr(flash, name))
+    flash.flash_attn_interface = interface
     sys.modules["vllm.vllm_flash_attn"] = flash
+    sys.modules["vllm.vllm_flash_attn.flash_attn_interface"] = interface
 
 
 def _flash_attn_files() -> Path:

@@ -177,7 +177,6 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
             kv_tokens=int(sizing.kv_tokens.value),
             concurrency=float(sizing.concurrency.value),
             block_size=sizing.block_size,
-            pinned_attention_backend=sizing.pinned_attention_backend,
         )
     return out, (settings, facts, the_plan)
 

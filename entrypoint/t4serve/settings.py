@@ -269,7 +269,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
         "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use; "
-        "`--attention-backend` passes through.",
+        "`--attention-backend` passes through; flags that move the KV cache are sized or refused (docs/sizing.md).",
         _vllm_args, "--enforce-eager", "--vllm-args",
     ),
     secrets.HF_TOKEN,

@@ -315,6 +315,11 @@ def size(inputs: SizingInputs) -> Sizing:
             notes.append(long_note)
             model_max = inputs.max_model_len
     target = inputs.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model_max)
+    capped_by_batched = (inputs.max_model_len is None and not flags.chunked_prefill
+                         and inputs.max_num_batched_tokens is not None and inputs.max_num_batched_tokens < target)
+    if capped_by_batched and inputs.max_num_batched_tokens is not None:
+        # Without chunked prefill vLLM takes no request longer than the batched tokens: the auto length stops there.
+        target = inputs.max_num_batched_tokens
 
     def batched_for(length: int) -> int:
         """The batched tokens for a max_model_len: the setting, else vLLM's default, which vLLM itself raises to
@@ -377,9 +382,11 @@ def size(inputs: SizingInputs) -> Sizing:
                 fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
             )
         check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, fit)
+        batched_cap = (f", T4SERVE_MAX_NUM_BATCHED_TOKENS {target:,} (chunked prefill off)" if capped_by_batched
+                       else "")
         max_len = Derived(fit, "tokens",
-                          f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {model_max:,} ({derived_how}), "
-                          f"largest one request fits in the pool) = {fit:,}")
+                          f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {model_max:,} ({derived_how})"
+                          f"{batched_cap}, largest one request fits in the pool) = {fit:,}")
     length = int(max_len.value)
     lay = layout(length)
     if batched_for(length) != batched:

@@ -62,6 +62,8 @@ def cases() -> list[dict[str, Any]]:
              T4SERVE_MAX_NUM_BATCHED_TOKENS="2048", T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
         case(family, "t4", "block32", T4SERVE_VLLM_ARGS="--block-size 32")
     case("qwen3", "t4", "block64", T4SERVE_VLLM_ARGS="--block-size 64")
+    case("e2b", "t4", "chunked-off-auto-length", T4SERVE_MAX_NUM_BATCHED_TOKENS="2048",
+         T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
     # The backend is vLLM's choice (Triton below 8.0 and for Gemma 4 below 9.0, FlashAttention above): the figures
     # must not depend on it. Each backend vLLM accepts for the model, named.
     case("e2b", "h100", "triton", T4SERVE_VLLM_ARGS="--attention-backend TRITON_ATTN")

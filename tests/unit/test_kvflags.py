@@ -155,3 +155,10 @@ def test_ngram_gpu_speculation_is_sized_as_the_target_alone() -> None:
     assert plain.sizing is not None and spec.sizing is not None
     assert spec.sizing.kv_tokens.value == plain.sizing.kv_tokens.value
     assert any("speculative decoding ngram_gpu" in n for n in spec.sizing.notes)
+
+
+def test_chunked_prefill_off_caps_the_auto_length_at_the_batched_tokens() -> None:
+    p = plan_for(t4(), T4SERVE_MODEL="qat", T4SERVE_MAX_NUM_BATCHED_TOKENS="2048",
+                 T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
+    assert p.sizing is not None, p.sizing_error
+    assert flag(p.argv, "--max-model-len") == "2048" and "chunked prefill off" in p.sizing.max_model_len.how

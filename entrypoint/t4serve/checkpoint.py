@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from t4serve import hfconfig
 from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
 from t4serve.untrusted import (
@@ -39,6 +40,12 @@ BUILTIN_MODELS: dict[str, str] = {
     BF16_REPO: "gemma-4-E2B-it.json",
     QAT_REPO: "gemma-4-E2B-it-qat-w4a16-ct.json",
 }
+
+# ModelFacts.config keys saying how the text config was read: CONFIG_READ_BY names vLLM's reader (the text config is
+# its class's attributes, defaults included), or is None with CONFIG_UNRESOLVED {"why", "fields"}: config.json as
+# written, and the sizing fields it leaves to a class default t4serve could not apply (t4serve.hfconfig).
+CONFIG_READ_BY = "config_read_by"
+CONFIG_UNRESOLVED = "config_unresolved"
 
 # Parts the checkpoint's bytes are grouped into (TensorGroup.part). What a decode step reads is decided from these in
 # t4serve.roofline; what vLLM keeps in GPU memory in t4serve.sizing.
@@ -194,6 +201,15 @@ def check_text_config(text: dict[str, Any]) -> None:
     layers = text["num_hidden_layers"]
     if (text.get("num_kv_shared_layers") or 0) >= layers:
         raise Untrusted(f"num_kv_shared_layers must be below num_hidden_layers ({layers})")
+    overrides = text.get(hfconfig.LAYER_OVERRIDES)
+    if overrides is not None:
+        if not isinstance(overrides, list) or len(overrides) != layers or not all(isinstance(o, dict) for o in
+                                                                                 overrides):
+            raise Untrusted(f"{hfconfig.LAYER_OVERRIDES} must list one object per layer ({layers})")
+        for override in overrides:
+            for key in hfconfig.PER_LAYER_FIELDS:
+                if key in override:
+                    check_int(override[key], f"{hfconfig.LAYER_OVERRIDES} {key}", *TEXT_INTS[key])
     layer_types = text.get("layer_types")
     if layer_types is not None and (
         not isinstance(layer_types, list)
@@ -310,10 +326,27 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
     if not isinstance(config, dict):
         return _invalid(requested, directory, f"{config_path}: a JSON {type(config).__name__}, not an object")
     kept = planning_config(config)
+    resolution = hfconfig.resolve(directory)
+    raw_text = kept["text"]
+    if resolution.text is not None:
+        # vLLM plans from its config class's attributes, defaults included: so does t4serve. A field config.json sets
+        # that the class keeps elsewhere (Gemma 4's global_head_dim, moved into per-layer values) stays as written.
+        # Its None is a decision (Qwen's sliding_window without use_sliding_window), so it overrides before the nulls
+        # are dropped as unset.
+        merged = {**raw_text, **resolution.text}
+        kept["text"] = {k: v for k, v in merged.items() if not (k in TEXT_INTS and v is None)}
+        kept[CONFIG_READ_BY] = resolution.by
+    else:
+        kept[CONFIG_READ_BY] = None
+        kept[CONFIG_UNRESOLVED] = {"why": resolution.why_not, "fields": hfconfig.unresolved_fields(raw_text)}
     try:
         check_text_config(kept["text"])
     except Untrusted as exc:
-        return _invalid(requested, directory, f"{config_path}: {exc.reason}")
+        detail = exc.reason
+        if resolution.text is None:
+            detail += (f"; config.json was read as written, not through vLLM's config class, whose defaults may fill "
+                       f"it ({resolution.why_not}): run t4serve in the image, or write the field into config.json")
+        return _invalid(requested, directory, f"{config_path}: {detail}")
     index_path = directory / "model.safetensors.index.json"
     # Names from the index stay inside the checkout (checked by name: a local directory's own symlinks are its
     # owner's choice); in the HF cache every file, links resolved, stays inside its repo folder (snapshots -> blobs).
@@ -373,6 +406,9 @@ def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
     if not isinstance(config, dict):
         return _invalid(repo, None, f"remote config.json: a JSON {type(config).__name__}, not an object"), ""
     kept = planning_config(config)
+    kept[CONFIG_READ_BY] = None
+    kept[CONFIG_UNRESOLVED] = {"why": "read from the hub, not from a local checkout vLLM's reader could open",
+                               "fields": hfconfig.unresolved_fields(kept["text"])}
     try:
         check_text_config(kept["text"])
     except Untrusted as exc:

@@ -16,6 +16,16 @@ from t4serve.serde import from_dict, to_dict
 FACTS_SCHEMA = 1
 
 
+# vLLM's own variables that change what the plan may ask of it, recorded so a replayed machine plans alike:
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN lets max_model_len exceed the model's derived maximum (vllm/envs.py).
+VLLM_ENV_FOR_PLAN = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN",)
+
+
+def vllm_env_true(value: str | None) -> bool:
+    """vllm/envs.py's reading of a switch such as VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or "true", trimmed, any case."""
+    return value is not None and value.strip().lower() in ("1", "true")
+
+
 # HostFacts.port_bind_errors' reason for a port another listener holds (any other reason is the address's).
 ADDRESS_IN_USE = "address already in use"
 
@@ -180,6 +190,8 @@ class Facts:
     # How this record came to be: "probed" on this machine, or e.g. "constructed from published-t4-run.md" for a shipped
     # file.
     provenance: str = "probed"
+    # The variables of VLLM_ENV_FOR_PLAN set in the environment the server inherits, as found (never a secret).
+    vllm_env: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=False) + "\n"

@@ -8,6 +8,7 @@ vLLM's own code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,16 +23,43 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def default_max_num_batched_tokens(gpu_memory_bytes: int, gpu_name: str = "") -> int:
+@dataclass(frozen=True)
+class BatchDefaults:
+    """vLLM's defaults for `vllm serve` on one GPU: what it batches per step and how many requests it decodes."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    # Which of vLLM's tiers the card falls in, in words, for the plan's arithmetic.
+    tier: str
+
+
+# vLLM 0.33 `EngineArgs.get_batch_defaults`: GB10 (DGX Spark, capability 12.1) has the memory of a large card but is
+# kept on the small tier; the device name check keeps A100s on it too (vLLM PR #17885).
+GB10_CAPABILITY = (12, 1)
+
+
+def vllm_batch_defaults(gpu_memory_bytes: int, gpu_name: str, capability: tuple[int, int]) -> BatchDefaults:
     """vllm/engine/arg_utils.py `EngineArgs.get_batch_defaults` for `vllm serve` (UsageContext.OPENAI_API_SERVER).
 
-    >= 160 GiB: 16384; >= 70 GiB and not an A100: 8192; otherwise (T4, A10G, L4, A100): 2048.
+    >= 160 GiB: 16384 tokens, 1024 seqs; >= 70 GiB, not an A100 (by name) and not GB10 (capability 12.1): 8192
+    tokens, 1024 seqs; otherwise (T4, A10G, L4, A100): 2048 tokens, 256 seqs. The memory is the device's total as
+    the platform reports it, the name is compared lowercased.
     """
+    gib = gpu_memory_bytes / GIB
     if gpu_memory_bytes >= 160 * GIB:
-        return 16384
-    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
-        return 8192
-    return 2048
+        return BatchDefaults(16384, 1024, f"{gib:.1f} GiB >= 160 GiB")
+    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() and tuple(capability) != GB10_CAPABILITY:
+        return BatchDefaults(8192, 1024, f"{gib:.1f} GiB >= 70 GiB, not an A100 or GB10")
+    if gpu_memory_bytes >= 70 * GIB:
+        why = "an A100 by name" if "a100" in gpu_name.lower() else "GB10 (capability 12.1)"
+        return BatchDefaults(2048, 256, f"{gib:.1f} GiB but {why}: vLLM keeps it on the small tier")
+    return BatchDefaults(2048, 256, f"{gib:.1f} GiB < 70 GiB")
+
+
+def default_max_num_batched_tokens(gpu_memory_bytes: int, gpu_name: str = "",
+                                   capability: tuple[int, int] = (0, 0)) -> int:
+    """vLLM's default `--max-num-batched-tokens` for `vllm serve` on this GPU (`vllm_batch_defaults`)."""
+    return vllm_batch_defaults(gpu_memory_bytes, gpu_name, capability).max_num_batched_tokens
 
 
 def max_in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool = True) -> int:
@@ -89,19 +117,49 @@ class KVSpec:
         return cdiv(held, self.block_size) + 1
 
 
-def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> list[KVSpec]:
-    """The specs vLLM's `Attention.get_kv_cache_spec` returns for a Gemma 4 text config: only layers owning a cache.
+# Markers of layers vLLM gives another kind of KV cache (MLA latents, chunked local attention, Mamba/linear-attention
+# state): t4serve's accounting covers full and sliding-window attention only, so such a model is refused by name.
+UNMODELLED_KV_FIELDS = {
+    "kv_lora_rank": "multi-head latent attention (MLAAttentionSpec)",
+    "attention_chunk_size": "chunked local attention (ChunkedLocalAttentionSpec)",
+    "layers_block_type": "Mamba/attention hybrid layers (MambaSpec)",
+    "hybrid_override_pattern": "Mamba/attention hybrid layers (MambaSpec)",
+    "mamba_d_state": "Mamba state (MambaSpec)",
+    "linear_conv_kernel_dim": "linear-attention state (MambaSpec)",
+}
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 
-    KV-shared layers (the last `num_kv_shared_layers`) read another layer's cache and return no spec; full-attention
-    layers use `global_head_dim` (and `num_global_key_value_heads` where `attention_k_eq_v`), sliding layers
-    `head_dim` and `sliding_window`.
+
+def _outside_the_model(what: str, found: str) -> ConfigError:
+    return ConfigError(
+        "the model's KV cache is outside what t4serve sizes",
+        found=found,
+        required="decoder layers of full or sliding-window attention (docs/sizing.md lists the families covered)",
+        fix="set T4SERVE_KV_CACHE_MEMORY_BYTES=profile so vLLM sizes the pool itself, and set T4SERVE_MAX_MODEL_LEN "
+            f"and T4SERVE_MAX_NUM_SEQS yourself ({what} is not modelled)",
+    )
+
+
+def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> list[KVSpec]:
+    """The specs vLLM's `Attention.get_kv_cache_spec` returns for a decoder's text config: only layers owning a cache.
+
+    Which layers slide is vLLM's rule: a layer named "sliding_attention" in `layer_types` gets the config's
+    `sliding_window`; a layer given no window of its own falls back to the model-level window
+    (`CacheConfig.sliding_window`), which `EngineArgs.create_engine_config` sets only when `layer_types` is absent or
+    all sliding. So a model-level `sliding_window` without `layer_types` (Phi-4-mini, Mistral 7B) slides on every
+    layer, and a `sliding_window` of 0 means none (`ModelConfig`). Gemma 4: KV-shared layers (the last
+    `num_kv_shared_layers`) read another layer's cache and return no spec; full-attention layers use
+    `global_head_dim` (and `num_global_key_value_heads` where `attention_k_eq_v`), sliding layers `head_dim`.
     """
+    for key, what in UNMODELLED_KV_FIELDS.items():
+        if text.get(key) is not None:
+            raise _outside_the_model(what, f"config.json sets {key}: {what}")
     try:
         layers = int(text["num_hidden_layers"])
-        layer_types = list(text.get("layer_types") or ["full_attention"] * layers)
-        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
-        kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
-    except (KeyError, TypeError, ValueError) as exc:
+        named_types = text.get("layer_types")
+        layer_types = list(named_types) if named_types else ["full_attention"] * layers
+        heads = layer_heads(text)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise ConfigError(
             "the model's config.json lacks what KV cache sizing needs",
             found=f"text config without a usable {exc}",
@@ -109,19 +167,59 @@ def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEF
             fix="point T4SERVE_MODEL at a complete checkpoint, or set T4SERVE_KV_CACHE_MEMORY_BYTES and "
                 "T4SERVE_MAX_MODEL_LEN yourself",
         ) from exc
+    unknown = sorted({t for t in layer_types if t not in ATTENTION_LAYER_TYPES})
+    if unknown:
+        raise _outside_the_model(f"layer type {unknown[0]}",
+                                 f"layer_types names {', '.join(unknown)} (t4serve knows "
+                                 f"{' and '.join(ATTENTION_LAYER_TYPES)})")
+    window = int(text.get("sliding_window") or 0) or None
+    # `EngineArgs.create_engine_config`: the model-level window only when no layer type says otherwise.
+    model_window = window if not named_types or all(t == "sliding_attention" for t in layer_types) else None
+    owning = layers - int(text.get("num_kv_shared_layers") or 0)
+    specs = []
+    for i in range(owning):
+        own_window = window if layer_types[i] == "sliding_attention" else None
+        effective = own_window or model_window
+        specs.append(KVSpec(i, block_size, heads[i][0], heads[i][1], dtype_bytes, effective))
+    return specs
+
+
+def layer_heads(text: dict[str, Any]) -> list[tuple[int, int]]:
+    """(KV heads, head size) of each decoder layer, as vLLM's attention layers get them.
+
+    A config read through vLLM's reader lists per-layer values where they differ (`layer_overrides`, from
+    transformers' `per_layer_config`: Gemma 4's 512-wide global heads); a config.json as written says it with
+    Gemma 4's `global_head_dim` (and `num_global_key_value_heads` where `attention_k_eq_v`) for full-attention layers.
+    Otherwise every layer has `num_key_value_heads` heads of `head_dim` (hidden_size / num_attention_heads).
+    """
+    layers = int(text["num_hidden_layers"])
+    layer_types = list(text.get("layer_types") or ["full_attention"] * layers)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"]))
+    kv_heads = int(text.get("num_key_value_heads") or text["num_attention_heads"])
     global_head = int(text.get("global_head_dim") or head_dim)
     global_kv_heads = kv_heads
     if text.get("attention_k_eq_v") and text.get("num_global_key_value_heads"):
         global_kv_heads = int(text["num_global_key_value_heads"])
-    window = text.get("sliding_window")
-    owning = layers - int(text.get("num_kv_shared_layers") or 0)
-    specs = []
-    for i in range(owning):
-        if layer_types[i] == "sliding_attention" and window:
-            specs.append(KVSpec(i, block_size, kv_heads, head_dim, dtype_bytes, int(window)))
-        else:
-            specs.append(KVSpec(i, block_size, global_kv_heads, global_head, dtype_bytes, None))
-    return specs
+    overrides = text.get("layer_overrides")
+    out = []
+    for i in range(layers):
+        full = layer_types[i] != "sliding_attention"
+        heads, head = (global_kv_heads, global_head) if full else (kv_heads, head_dim)
+        if isinstance(overrides, list) and i < len(overrides) and isinstance(overrides[i], dict):
+            heads = int(overrides[i].get("num_key_value_heads") or heads)
+            head = int(overrides[i].get("head_dim") or head)
+        out.append((heads, head))
+    return out
+
+
+def head_sizes(text: dict[str, Any]) -> list[int]:
+    """The distinct attention head sizes of the decoder's layers (Gemma 4: 256 and 512); where the config is too
+    sparse for `layer_heads`, the sizes it declares (`head_dim`, `global_head_dim`), else none."""
+    try:
+        return sorted({head for _heads, head in layer_heads(text)})
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        declared = (text.get(key) for key in ("head_dim", "global_head_dim"))
+        return sorted({v for v in declared if isinstance(v, int) and not isinstance(v, bool) and v > 0})
 
 
 def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:
@@ -130,12 +228,13 @@ def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:
     out = []
     for s in specs:
         if largest % s.page_size_bytes:
-            # vLLM would pad the page (page_size_padded); no Gemma config needs it, so refuse rather than guess.
+            # vLLM would pad the page (page_size_padded); no config t4serve covers needs it, so refuse rather than
+            # guess.
             raise ConfigError(
                 "KV cache page sizes cannot be unified by block size",
                 found=f"layer {s.layer} page {s.page_size_bytes} B does not divide the largest page {largest} B",
-                required="page sizes that divide each other (every Gemma 4 config)",
-                fix="set T4SERVE_KV_CACHE_MEMORY_BYTES and T4SERVE_MAX_NUM_SEQS yourself for this model",
+                required="page sizes that divide each other (every family docs/sizing.md lists)",
+                fix="set T4SERVE_KV_CACHE_MEMORY_BYTES=profile and T4SERVE_MAX_NUM_SEQS yourself for this model",
             )
         out.append(replace(s, block_size=s.block_size * (largest // s.page_size_bytes)))
     return out
@@ -143,26 +242,73 @@ def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:
 
 @dataclass(frozen=True)
 class KVGroup:
-    """A KV cache group: layers sharing one block table (`KVCacheGroupSpec`)."""
+    """A KV cache group: layers sharing one block table (`KVCacheGroupSpec`), each with its own spec.
 
-    spec: KVSpec
-    layers: tuple[int, ...]
+    The specs are identical but for the layer in the usual case; in a `UniformTypeKVCacheSpecs` group (one attention
+    type, different page sizes: Gemma 4 with the hybrid manager disabled) each layer keeps its own page.
+    """
+
+    specs: tuple[KVSpec, ...]
+
+    @property
+    def spec(self) -> KVSpec:
+        """The group's representative spec (its first layer's)."""
+        return self.specs[0]
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return tuple(s.layer for s in self.specs)
+
+    @property
+    def uniform_type(self) -> bool:
+        """Layers of one attention type with differing pages (`UniformTypeKVCacheSpecs`)."""
+        return len({s.page_size_bytes for s in self.specs}) > 1
 
     @property
     def block_bytes(self) -> int:
-        return self.spec.page_size_bytes * len(self.layers)
+        return sum(s.page_size_bytes for s in self.specs)
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """cdiv(max_memory_usage_bytes, page_size_bytes) of the group's spec; a uniform-type group's is the largest of
+        its layers' (`UniformTypeKVCacheSpecs.max_memory_usage_bytes`)."""
+        return max(s.blocks_per_request(max_model_len, in_flight_tokens) for s in self.specs)
 
 
-def get_kv_cache_groups(specs: list[KVSpec]) -> list[KVGroup]:
-    """`get_kv_cache_groups` for attention-only specs, via `_get_kv_cache_groups_uniform_page_size`.
+def promote_local_kv_cache_specs(specs: list[KVSpec]) -> list[KVSpec]:
+    """`--disable-hybrid-kv-cache-manager` (`unify_hybrid_kv_cache_specs`): where full and sliding layers mix, every
+    sliding layer is allocated as full attention (blocks for all tokens) at the full layers' block size; a model of
+    one kind is left as it is."""
+    kinds = {s.kind for s in specs}
+    if kinds != {"full", "sliding"}:
+        return specs
+    full_blocks = {s.block_size for s in specs if s.kind == "full"}
+    block = next(iter(full_blocks)) if len(full_blocks) == 1 else None
+    return [replace(s, sliding_window=None, block_size=block or s.block_size) for s in specs]
 
-    Layers are bucketed by spec type in layer order; the group size is the smallest bucket (or the largest when it is
-    under 1.5x the smallest); each bucket splits into cdiv(len, size) groups taking layers[i::num_groups].
+
+def _uniform_type(specs: list[KVSpec]) -> bool:
+    """`UniformTypeKVCacheSpecs.is_uniform_type`: one block size, and all full or all sliding with one window."""
+    return (len({s.block_size for s in specs}) == 1
+            and len({s.kind for s in specs}) == 1
+            and len({s.sliding_window for s in specs}) == 1)
+
+
+def get_kv_cache_groups(specs: list[KVSpec], hybrid_kv_cache_manager: bool = True) -> list[KVGroup]:
+    """`get_kv_cache_groups` for attention-only specs.
+
+    With the hybrid manager disabled, mixed full and sliding layers are promoted to full attention first. Identical
+    specs make one group (`_get_kv_cache_groups_uniform_spec`); one attention type with differing pages makes one
+    group of per-layer pages (`_get_kv_cache_groups_uniform_type`); otherwise (`_get_kv_cache_groups_uniform_page_size`)
+    pages are unified, layers bucketed by spec type in layer order, the group size is the smallest bucket (or the
+    largest when it is under 1.5x the smallest), and each bucket splits into cdiv(len, size) groups taking
+    layers[i::num_groups].
     """
     if not specs:
         return []
-    if all(s.same_type(specs[0]) for s in specs):
-        return [KVGroup(specs[0], tuple(s.layer for s in specs))]  # `_get_kv_cache_groups_uniform_spec`
+    if not hybrid_kv_cache_manager:
+        specs = promote_local_kv_cache_specs(specs)
+    if all(s.same_type(specs[0]) for s in specs) or _uniform_type(specs):
+        return [KVGroup(tuple(specs))]
     specs = unify_kv_cache_spec_page_size(specs)
     buckets: list[list[KVSpec]] = []
     for s in specs:
@@ -179,14 +325,16 @@ def get_kv_cache_groups(specs: list[KVSpec]) -> list[KVGroup]:
     for bucket in buckets:
         num_groups = cdiv(len(bucket), group_size)
         for i in range(num_groups):
-            groups.append(KVGroup(bucket[0], tuple(s.layer for s in bucket[i::num_groups])))
+            groups.append(KVGroup(tuple(bucket[i::num_groups])))
     return groups
 
 
 def bytes_per_block(groups: list[KVGroup]) -> int:
     """`_get_kv_cache_bytes_per_block` (layer-outer layout): the largest group's sum of its layers' pages.
 
-    Groups alias the same memory, so one block id costs the widest group's bytes, padding groups included.
+    Groups alias the same memory, so one block id costs the widest group's bytes. Pages need no alignment padding
+    at the block sizes t4serve passes (the backends' kernel blocks divide them: `KVCacheSpec.get_block_stride_alignment`
+    is 1).
     """
     return max(g.block_bytes for g in groups)
 
@@ -216,23 +364,26 @@ class KVLayout:
         parts = []
         for g, blocks in zip(self.groups, self.blocks_per_request_by_group, strict=True):
             held = g.spec.tokens_held(self.max_model_len, self.in_flight_tokens)
+            pages = (f" (pages {'+'.join(str(p.page_size_bytes) for p in g.specs)} B in one block)"
+                     if g.uniform_type else "")
             rule = (f"ceil({held}/{g.spec.block_size})" if g.spec.sliding_window is None
                     else f"ceil(min({g.spec.sliding_window}-1+{self.in_flight_tokens}, {self.max_model_len})"
                          f"/{g.spec.block_size})+1")
-            parts.append(f"{g.spec.kind} layers {list(g.layers)}: {rule} = {blocks}")
+            parts.append(f"{g.spec.kind} layers {list(g.layers)}{pages}: {rule} = {blocks}")
         return (f"{len(self.groups)} groups, block = {self.bytes_per_block:,} B; blocks per {self.max_model_len}-token "
                 f"request: " + "; ".join(parts) + f"; total {self.blocks_per_request}")
 
 
 def kv_layout(text: dict[str, Any], *, dtype_bytes: int, max_model_len: int, max_num_batched_tokens: int,
-              async_scheduling: bool = True, block_size: int = DEFAULT_BLOCK_SIZE) -> KVLayout:
+              async_scheduling: bool = True, block_size: int = DEFAULT_BLOCK_SIZE,
+              hybrid_kv_cache_manager: bool = True) -> KVLayout:
     specs = kv_cache_specs(text, dtype_bytes, block_size)
     if not specs:
         raise ConfigError(
             "the model has no KV cache layers", found="0 attention layers own a KV cache",
             required="a decoder with attention layers", fix="check T4SERVE_MODEL",
         )
-    groups = get_kv_cache_groups(specs)
+    groups = get_kv_cache_groups(specs, hybrid_kv_cache_manager)
     in_flight = max_in_flight_tokens(max_num_batched_tokens, async_scheduling)
     return KVLayout(
         specs=tuple(specs),
@@ -240,7 +391,7 @@ def kv_layout(text: dict[str, Any], *, dtype_bytes: int, max_model_len: int, max
         bytes_per_block=bytes_per_block(groups),
         max_model_len=max_model_len,
         in_flight_tokens=in_flight,
-        blocks_per_request_by_group=tuple(g.spec.blocks_per_request(max_model_len, in_flight) for g in groups),
+        blocks_per_request_by_group=tuple(g.blocks_per_request(max_model_len, in_flight) for g in groups),
     )
 
 
@@ -286,24 +437,29 @@ def pool_bytes_range(layout: KVLayout, tokens: int) -> tuple[int, int]:
     return low_blocks * layout.bytes_per_block, high_blocks * layout.bytes_per_block
 
 
-def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
-                           max_num_batched_tokens: int, async_scheduling: bool = True,
-                           block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """`_estimate_max_model_len_from_groups`: the largest max_model_len <= upper whose one request fits; 0 if none."""
-
-    def ok(length: int) -> bool:
-        layout = kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
-                           max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                           block_size=block_size)
-        return fits(layout, pool_bytes)
-
-    if not ok(1):
+def fit_max_model_len(layout_for: Callable[[int], KVLayout], pool_bytes: int, upper: int) -> int:
+    """`_estimate_max_model_len_from_groups`: the largest max_model_len <= upper whose one request fits the pool
+    (binary search, as vLLM's), 0 if none. `layout_for(length)` is the layout at that length."""
+    if not fits(layout_for(1), pool_bytes):
         return 0
     left, right, best = 1, upper, 1
     while left <= right:
         mid = (left + right) // 2
-        if ok(mid):
+        if fits(layout_for(mid), pool_bytes):
             best, left = mid, mid + 1
         else:
             right = mid - 1
     return best
+
+
+def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
+                           max_num_batched_tokens: int, async_scheduling: bool = True,
+                           block_size: int = DEFAULT_BLOCK_SIZE, hybrid_kv_cache_manager: bool = True) -> int:
+    """`fit_max_model_len` for fixed batched tokens and flags."""
+
+    def layout_for(length: int) -> KVLayout:
+        return kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
+                         max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                         block_size=block_size, hybrid_kv_cache_manager=hybrid_kv_cache_manager)
+
+    return fit_max_model_len(layout_for, pool_bytes, upper)

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from t4serve import apiguard
+from t4serve import apiguard, kvcache
 from t4serve.compilation import ladder_for
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import ConfigError, T4ServeError
-from t4serve.facts import Facts, GpuDevice, ModelFacts
+from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
+from t4serve.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.patch.clamp import (
     MIN_CLAMPED_HEAD,
     SHARED_MEMORY_ENV,
@@ -152,20 +153,11 @@ def _cap(capability: tuple[int, int]) -> str:
 
 
 def head_sizes(model: ModelFacts | None) -> list[int]:
-    """The attention head sizes config.json declares (Gemma 4: head_dim for sliding, global_head_dim for full)."""
+    """The attention head sizes of the model's layers (Gemma 4: 256 on sliding layers, 512 on full ones)."""
     if model is None:
         return []
-    sizes = []
-    for config in (model.config.get("text"), model.config):
-        if not isinstance(config, dict):
-            continue
-        for key in ("head_dim", "global_head_dim"):
-            value = config.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                sizes.append(value)
-        if sizes:
-            break
-    return sorted(set(sizes))
+    text = model.config.get("text")
+    return kvcache.head_sizes(text) if isinstance(text, dict) else []
 
 
 def clamp_decision(gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[bool, str]:
@@ -192,24 +184,71 @@ def clamp_decision(gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[boo
     )
 
 
+# vLLM 0.33 `_FLOAT16_NOT_SUPPORTED_MODELS` (vllm/config/model.py): model types it refuses to run in float16, and why.
+FLOAT16_UNSUPPORTED: dict[str, str] = {
+    "gemma2": "Numerical instability. Please use bfloat16 or float32 instead.",
+    "gemma3": "Numerical instability. Please use bfloat16 or float32 instead.",
+    "gemma3_text": "Numerical instability. Please use bfloat16 or float32 instead.",
+    "glm4": "Numerical instability. Please use bfloat16 or float32 instead.",
+}
+# safetensors dtypes of floating-point weights -> vLLM's dtype names (vLLM reads them when config.json names none).
+_FLOAT_TENSOR_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def model_type(model: ModelFacts | None) -> str:
+    """The top-level config.json `model_type`, which vLLM's dtype rules key on ("gemma3" for the multimodal Gemma 3,
+    "gemma3_text" for the text-only one)."""
+    value = model.config.get("model_type") if model is not None else None
+    return value if isinstance(value, str) else ""
+
+
+def float16_refusal(model: ModelFacts | None) -> str | None:
+    """vLLM's own error for this model in float16 (`_check_valid_dtype`), or None where float16 is allowed."""
+    kind = model_type(model)
+    if kind not in FLOAT16_UNSUPPORTED:
+        return None
+    return f"The model type {kind!r} does not support float16. Reason: {FLOAT16_UNSUPPORTED[kind]}"
+
+
 def choose_dtype(settings: Settings, gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[str, str]:
-    """The dtype to pass as --dtype and the reason; an explicit setting is kept even where preflight will refuse it."""
+    """The dtype to pass as --dtype and the reason; an explicit setting is kept even where preflight will refuse it.
+
+    `auto` is vLLM's own `_resolve_auto_dtype`, so the plan passes what vLLM would pick: the platform's dtypes
+    (bfloat16, float16, float32 from capability 8.0; float16, float32 below) less float16 for the model types vLLM
+    refuses it for; the checkpoint's dtype when among them (a float32 checkpoint takes the first), else the first.
+    """
     if settings.dtype != "auto":
         return settings.dtype, "set by T4SERVE_DTYPE"
     if gpu is None:
         return "auto", "no GPU to plan for: vLLM picks from the checkpoint"
-    if gpu.compute_capability < BF16_MIN_CAPABILITY:
-        return "float16", (
-            f"auto: capability {_cap(gpu.compute_capability)} < {_cap(BF16_MIN_CAPABILITY)} has no bfloat16 "
-            "datapath (Turing), so float16"
-        )
+    supported = ["bfloat16", "float16", "float32"] if gpu.compute_capability >= BF16_MIN_CAPABILITY else [
+        "float16", "float32"]
+    refusal = float16_refusal(model)
+    if refusal is not None:
+        supported.remove("float16")
+    preferred = supported[0]
     checkpoint = _checkpoint_dtype(model)
-    if checkpoint in DTYPE_BYTES:
-        return checkpoint, f"auto: the checkpoint's dtype (config.json), capability {_cap(gpu.compute_capability)}"
-    return "auto", "auto: vLLM picks from the checkpoint (config.json names no dtype)"
+    cap = _cap(gpu.compute_capability)
+    if checkpoint == "float32" or checkpoint is None:
+        source = "a float32 checkpoint" if checkpoint == "float32" else "a checkpoint naming no dtype (float32)"
+        return preferred, f"auto: {source} runs in {preferred}, vLLM's first dtype on capability {cap}"
+    if checkpoint in supported:
+        return checkpoint, f"auto: the checkpoint's dtype (config.json), capability {cap}"
+    if gpu.compute_capability < BF16_MIN_CAPABILITY and refusal is None:
+        return "float16", (
+            f"auto: capability {cap} < {_cap(BF16_MIN_CAPABILITY)} has no bfloat16 datapath (Turing), so float16"
+        )
+    if refusal is not None and preferred == "float32":
+        return "float32", (
+            f"auto: capability {cap} has no bfloat16 and vLLM refuses float16 here ({refusal}), so float32, as vLLM's "
+            "own auto picks: weights and KV cache take twice the memory of 16 bits"
+        )
+    return preferred, f"auto: the checkpoint's {checkpoint} is not among capability {cap}'s dtypes; vLLM falls back"
 
 
 def _checkpoint_dtype(model: ModelFacts | None) -> str | None:
+    """vLLM's `get_torch_dtype`: config.json's dtype (top level, then the text config), else the weights' floating
+    dtype, else None (vLLM then assumes float32)."""
     if model is None:
         return None
     for config in (model.config, model.config.get("text")):
@@ -218,6 +257,12 @@ def _checkpoint_dtype(model: ModelFacts | None) -> str | None:
                 value = config.get(key)
                 if isinstance(value, str):
                     return value.removeprefix("torch.")
+    floats = {_FLOAT_TENSOR_DTYPES[d] for g in model.weights for d in g.bytes_by_dtype if d in _FLOAT_TENSOR_DTYPES}
+    if len(floats) == 1:
+        return floats.pop()
+    if floats:
+        # `common_broadcastable_dtype`: torch promotes any two of bfloat16, float16 and float32 to float32.
+        return "float32"
     return None
 
 
@@ -311,6 +356,12 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     # The API key on every route but health, metrics and the version: vLLM's own guard covers /v1 and a few other
     # prefixes only (t4serve.apiguard says which routes it leaves open). A no-op while no key is set.
     argv += ["--middleware", apiguard.MIDDLEWARE]
+    flags = kv_flags(settings.vllm_args)
+    if flags.block_size is None:
+        # Pinned, so the KV figures hold whichever attention backend vLLM picks: at 16 tokens every backend vLLM 0.33
+        # accepts on these GPUs lays the cache out alike (tests/image/test_kv_oracle_families.py), where FlashAttention
+        # 4 would pick 128 for 256-wide heads on capability 10.x.
+        argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
@@ -392,6 +443,10 @@ def _size(
         host=facts.host,
         kv_profile=settings.kv_cache_memory_bytes == KV_PROFILE,
         max_num_batched_tokens=settings.max_num_batched_tokens,
+        kv_flags=kv_flags(settings.vllm_args),
+        allow_long_max_model_len=vllm_env_true(facts.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")),
+        # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
+        gpu_name=card.name if card is not None else gpu.name,
     )
     try:
         return size(inputs), None

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from t4serve import hostmem
 from t4serve.aliases import QAT_REPO
 from t4serve.derived import format_bytes
-from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts
-from t4serve.plan import BF16_MIN_CAPABILITY, Plan
+from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts, ModelFacts
+from t4serve.plan import BF16_MIN_CAPABILITY, Plan, float16_refusal, model_type
 from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.settings import Settings
 from t4serve.units import GIB, MIB
@@ -90,7 +90,7 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
         findings += [
             check_driver(facts),
             check_capability(gpu),
-            check_dtype(plan, gpu),
+            check_dtype(plan, gpu, facts.model),
             check_gpu_memory_free(gpu, settings),
             check_sizing(plan),
         ]
@@ -180,7 +180,7 @@ def check_capability(gpu: GpuDevice) -> Finding:
     return Finding("capability", "ok", found, required, "")
 
 
-def check_dtype(plan: Plan, gpu: GpuDevice) -> Finding:
+def check_dtype(plan: Plan, gpu: GpuDevice, model: ModelFacts | None = None) -> Finding:
     found = f"--dtype {plan.dtype} ({plan.dtype_reason}) on capability {_cap(gpu.compute_capability)}"
     required = f"bfloat16 only on capability >= {_cap(BF16_MIN_CAPABILITY)}"
     if plan.dtype == "bfloat16" and gpu.compute_capability < BF16_MIN_CAPABILITY:
@@ -190,6 +190,15 @@ def check_dtype(plan: Plan, gpu: GpuDevice) -> Finding:
             found,
             required + f": {_cap(gpu.compute_capability)} has no bfloat16 datapath",
             "set T4SERVE_DTYPE=auto (float16 on Turing) or T4SERVE_DTYPE=float16",
+        )
+    refusal = float16_refusal(model)
+    if plan.dtype == "float16" and refusal is not None:
+        return Finding(
+            "dtype",
+            "fail",
+            found + f", model type {model_type(model)}",
+            f"a dtype vLLM runs this model in: {refusal} (vLLM's words)",
+            "set T4SERVE_DTYPE=auto (bfloat16 from capability 8.0, float32 below) or T4SERVE_DTYPE=float32",
         )
     return Finding("dtype", "ok", found, required, "")
 

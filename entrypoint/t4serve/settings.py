@@ -22,6 +22,7 @@ from t4serve import compilation, secrets, untrusted
 from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.kvflags import refused_kv_flag
 from t4serve.secrets import Secret
 from t4serve.untrusted import REDACTED
 from t4serve.variables import (
@@ -156,10 +157,13 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
             f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
         ) from None
     for i, arg in enumerate(args):
+        following = args[i + 1] if i + 1 < len(args) else None
         problem = (
             vllm_flag_conflict(arg)
-            or refused_value(arg, args[i + 1] if i + 1 < len(args) else None)
+            or refused_value(arg, following)
             or secret_flag_inside(arg)
+            # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.kvflags).
+            or refused_kv_flag(arg, following)
         )
         if problem is not None:
             flag = arg.split("=", 1)[0]
@@ -211,13 +215,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
-        "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once (at most 256).",
+        "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once, at most vLLM's "
+        "default for the planned GPU (256; 1024 on 70 GiB or more but an A100) and at most the batched tokens.",
         auto_or_int(1, 8, MAX_NUM_SEQS_LIMIT), "8", "--max-num-seqs",
     ),
     Variable(
         "T4SERVE_MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", None, "auto",
         "Tokens the scheduler batches per step (`--max-num-batched-tokens`); `auto`: vLLM's default for the planned "
-        "GPU (2048 below 70 GiB). The KV cache's sliding-window groups and the activation peak are sized for it.",
+        "GPU (2048 below 70 GiB and on an A100, 8192 from 70 GiB, 16384 from 160 GiB). The KV cache's sliding-window "
+        "groups and the activation peak are sized for it.",
         auto_or_int(16, 2048), "2048", "--max-num-batched-tokens",
     ),
     Variable(
@@ -270,8 +276,8 @@ VARIABLES: tuple[Variable, ...] = (
         "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
         "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use, and so are "
         "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
-        "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); `--attention-backend` passes "
-        "through.",
+        "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); flags that move the KV cache "
+        "are sized or refused (docs/sizing.md); `--attention-backend` passes through.",
         _vllm_args, "--enforce-eager", "--vllm-args",
     ),
     secrets.HF_TOKEN,

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from t4serve import hostmem, kvcache
-from t4serve.checkpoint import PART_KV_SHARED_DROPPED
+from t4serve import hostmem, kvcache, kvflags
+from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.hfconfig import SIZING_FIELDS
+from t4serve.kvflags import KVFlags
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 
-# vLLM's default --max-num-seqs for `vllm serve` on GPUs under 70 GiB (EngineArgs.get_batch_defaults) and the cap here.
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
 # The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
 # less.
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -46,8 +46,14 @@ class SizingInputs:
     host: HostFacts | None
     # T4SERVE_KV_CACHE_MEMORY_BYTES=profile: pass no --kv-cache-memory-bytes, vLLM measures the pool at start.
     kv_profile: bool = False
-    # T4SERVE_MAX_NUM_BATCHED_TOKENS; None: vLLM's default for this GPU's memory.
+    # T4SERVE_MAX_NUM_BATCHED_TOKENS; None: vLLM's default for this GPU (its memory, name and capability).
     max_num_batched_tokens: int | None = None
+    # The device name as vLLM's platform reports it: vLLM's batch defaults keep an A100 on the small tier by name.
+    gpu_name: str = ""
+    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags).
+    kv_flags: KVFlags = field(default_factory=KVFlags)
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
+    allow_long_max_model_len: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Sizing:
     swap_to_add_bytes: Derived
     decode_ceiling_tokens_per_s: Derived | None
     notes: list[str] = field(default_factory=list)
+    # The `--block-size` the KV figures are for (the plan passes it: t4serve.kvflags.PLAN_BLOCK_SIZE).
+    block_size: int = kvflags.PLAN_BLOCK_SIZE
 
 
 def text_config(model: ModelFacts) -> dict[str, object]:
@@ -79,33 +87,38 @@ def text_config(model: ModelFacts) -> dict[str, object]:
     return text
 
 
+# safetensors dtypes of floating-point weights and their bits: vLLM holds these in the model dtype.
+FLOAT_WEIGHT_BITS = {"F16": 16, "BF16": 16, "F32": 32, "F64": 64}
+
+
 def weights_in_gpu(model: ModelFacts, dtype_bytes: int) -> tuple[int, str]:
-    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; 32-bit floats cast to the dtype."""
+    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; floating-point tensors in the model
+    dtype (float32 weights cast down to 16 bits, 16-bit ones up to float32), quantized and 8-bit ones as stored."""
     total = 0
-    f32 = 0
+    cast: dict[str, int] = {}
     for g in model.weights:
         if g.part == PART_KV_SHARED_DROPPED:
             continue
         for dtype, n in g.bytes_by_dtype.items():
-            if dtype == "F32":
-                f32 += n
-                total += n * dtype_bytes // 4
+            bits = FLOAT_WEIGHT_BITS.get(dtype)
+            if bits is not None and bits != 8 * dtype_bytes:
+                held = n * 8 * dtype_bytes // bits
+                cast[dtype] = cast.get(dtype, 0) + held - n
+                total += held
             else:
                 total += n
     dropped = sum(g.total_bytes for g in model.weights if g.part == PART_KV_SHARED_DROPPED)
     how = f"{model.weight_bytes / GIB:.4f} GiB in the headers - {dropped / GIB:.4f} GiB dropped KV-shared K/V"
-    if f32:
-        how += f" - {(f32 - f32 * dtype_bytes // 4) / GIB:.4f} GiB of float32 cast to {8 * dtype_bytes}-bit"
+    for dtype, change in sorted(cast.items()):
+        sign = "+" if change > 0 else "-"
+        how += f" {sign} {abs(change) / GIB:.4f} GiB of {dtype} held as {8 * dtype_bytes}-bit"
     return total, how
 
 
 def rotary_buffers(text: dict[str, object], dtype_bytes: int) -> tuple[int, str]:
     """vLLM's `get_rope` cos/sin caches: one per distinct head size, [max_position_embeddings, head] in the dtype."""
     max_pos = int(str(text.get("max_position_embeddings", 0)))
-    heads = {int(str(text.get("head_dim") or 0))}
-    if text.get("global_head_dim"):
-        heads.add(int(str(text["global_head_dim"])))
-    heads.discard(0)
+    heads = set(kvcache.head_sizes(dict(text)))
     total = sum(max_pos * h * dtype_bytes for h in heads)
     sizes = " + ".join(map(str, sorted(heads)))
     return total, f"rotary cos/sin caches {max_pos:,} positions x ({sizes}) x {dtype_bytes} B"
@@ -138,7 +151,7 @@ def activation_peak(text: dict[str, object], *, tokens: int, max_num_seqs: int, 
 
     hidden, layers = i("hidden_size"), i("num_hidden_layers")
     mlp = i("intermediate_size") * (2 if text.get("use_double_wide_mlp") else 1)
-    head = max(i("head_dim"), i("global_head_dim"))
+    head = max(kvcache.head_sizes(dict(text)) or [0])
     qkv = (i("num_attention_heads") + 2 * i("num_key_value_heads", 1)) * head
     ple = layers * i("hidden_size_per_layer_input")
     vocab = i("vocab_size")
@@ -165,27 +178,171 @@ def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: in
     return pool, how
 
 
+# vLLM 0.33 `ModelArchConfigConvertorBase.derive_max_model_len_and_key`: the smallest of these in the text config;
+# a `model_max_length` (Command-R) then overrides.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# `_get_and_verify_max_len`: RoPE types whose max_position_embeddings is already the scaled length (no `factor`).
+UNSCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+# `is_rope_parameters_nested`: rope parameters keyed by layer type (Gemma 3/4) or by DeepSeek-V4's rope kinds.
+ROPE_NESTING_KEYS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "main",
+                     "compress")
+# `_get_and_verify_max_len` when no key names a length and max_model_len is unset.
+VLLM_DEFAULT_MAX_LEN = 2048
+
+
+def _rope_parameters(text: dict[str, object]) -> list[dict[str, object]]:
+    """vLLM's `iter_rope_parameters` over `rope_parameters` (transformers 5; `rope_scaling` in older configs, with
+    `type` for `rope_type`, as vLLM's `patch_rope_parameters` reads them)."""
+    params = text.get("rope_parameters") or text.get("rope_scaling")
+    if not isinstance(params, dict) or not params:
+        return []
+    if set(params) <= set(ROPE_NESTING_KEYS):
+        return [p for p in params.values() if isinstance(p, dict) and p]
+    return [params]
+
+
+def derived_max_model_len(text: dict[str, object]) -> tuple[int | None, str]:
+    """vLLM's derived maximum max_model_len for a text config and how it was reached; None where no key names one
+    (vLLM then takes any set length and defaults to 2048). `_get_and_verify_max_len` less the parts t4serve refuses
+    (--disable-sliding-window) or that apply to pooling models only (the tokenizer's model_max_length)."""
+    derived: float = float("inf")
+    key = None
+    for name in MAX_LEN_KEYS:
+        value = text.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < derived:
+            derived, key = value, name
+    override = text.get("model_max_length")
+    if isinstance(override, (int, float)) and not isinstance(override, bool) and override:
+        derived, key = override, "model_max_length"
+    if derived == float("inf"):
+        return None, "no max_position_embeddings or similar key in config.json"
+    how = f"{key}={int(derived):,}"
+    factor = 1.0
+    if "gemma3" not in str(text.get("model_type") or ""):
+        for params in _rope_parameters(text):
+            rope_type = params.get("rope_type") or params.get("type")
+            raw = params.get("factor")
+            if rope_type not in UNSCALED_ROPE_TYPES and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                factor = float(raw)
+    if factor != 1.0:
+        how += f" x RoPE factor {factor:g}"
+    return int(derived * factor), how
+
+
+def check_max_model_len_within_the_model(text: dict[str, object], max_model_len: int, allow_long: bool) -> str | None:
+    """vLLM's check of a set max_model_len against the model's derived maximum, in its words; a note when
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN lets it pass, None when within."""
+    derived, how = derived_max_model_len(text)
+    if derived is None or max_model_len <= derived:
+        return None
+    model_max_length = text.get("model_max_length")
+    if isinstance(model_max_length, int) and max_model_len <= model_max_length:
+        return None
+    said = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len ({how} or "
+            f"model_max_length={model_max_length} in model's config.json).")
+    if allow_long:
+        return (f"T4SERVE_MAX_MODEL_LEN={max_model_len} is above the model's {how}; VLLM_ALLOW_LONG_MAX_MODEL_LEN "
+                "is set, so vLLM accepts it with a warning (positions past the model's maximum may give NaN)")
+    raise ConfigError(
+        "vLLM would refuse T4SERVE_MAX_MODEL_LEN above the model's maximum",
+        found=f"T4SERVE_MAX_MODEL_LEN={max_model_len}; the model's {how}",
+        required=f"{said} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+                 "(vLLM's words)",
+        fix=f"set T4SERVE_MAX_MODEL_LEN={derived} or lower (or auto), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
+            "container's environment if you accept positions past what the model was trained on",
+    )
+
+
+def config_reading_notes(model: ModelFacts) -> list[str]:
+    """How the text config the figures rest on was read: by vLLM's reader, or as written and what that leaves out."""
+    read_by = model.config.get(CONFIG_READ_BY)
+    unresolved = model.config.get(CONFIG_UNRESOLVED)
+    if isinstance(read_by, str):
+        return [f"model config read as vLLM reads it: {read_by}"]
+    if not isinstance(unresolved, dict):
+        return []
+    fields = [f for f in unresolved.get("fields") or [] if f in SIZING_FIELDS]
+    head = f"model config: config.json as written ({unresolved.get('why')})"
+    if not fields:
+        return [head + "; it sets every field the sizing reads"]
+    return [head + "; not set there, so taken as t4serve's fallbacks where the model's config class may default them "
+            "otherwise: " + "; ".join(f"{f} ({SIZING_FIELDS[f]})" for f in fields)]
+
+
+def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:
+    """vLLM's `SchedulerConfig.verify_max_model_len`: max_num_batched_tokens >= max_num_seqs, in its words."""
+    if max_num_seqs is not None and batched < max_num_seqs:
+        raise ConfigError(
+            "vLLM would refuse T4SERVE_MAX_NUM_SEQS above the batched tokens",
+            found=f"T4SERVE_MAX_NUM_SEQS={max_num_seqs}, max_num_batched_tokens {batched}",
+            required=f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs "
+                     f"({max_num_seqs}) (vLLM's words)",
+            fix=f"set T4SERVE_MAX_NUM_SEQS={batched} or lower, or T4SERVE_MAX_NUM_BATCHED_TOKENS={max_num_seqs} or "
+                "more",
+        )
+
+
+def check_batched_covers_max_model_len(flags: KVFlags, batched_setting: int | None, max_model_len: int) -> None:
+    """vLLM's `SchedulerConfig.verify_max_model_len`: with chunked prefill off, max_num_batched_tokens must hold a
+    whole max_model_len. An auto batched size is raised to it (as vLLM's own default is); a set one is refused."""
+    if flags.chunked_prefill or batched_setting is None or batched_setting >= max_model_len:
+        return
+    raise ConfigError(
+        "vLLM would refuse these batched tokens with chunked prefill off",
+        found=f"--no-enable-chunked-prefill in T4SERVE_VLLM_ARGS, T4SERVE_MAX_NUM_BATCHED_TOKENS={batched_setting}, "
+              f"max_model_len {max_model_len}",
+        required=f"max_num_batched_tokens ({batched_setting}) is smaller than max_model_len ({max_model_len}). This "
+                 "effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+                 "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len. (vLLM's words)",
+        fix=f"set T4SERVE_MAX_NUM_BATCHED_TOKENS={max_model_len} or more (or auto), lower T4SERVE_MAX_MODEL_LEN, or "
+            "drop --no-enable-chunked-prefill from T4SERVE_VLLM_ARGS",
+    )
+
+
 def size(inputs: SizingInputs) -> Sizing:
     model = inputs.model
     text = text_config(model)
     notes: list[str] = []
-    if inputs.max_num_batched_tokens is not None:
-        batched = inputs.max_num_batched_tokens
-        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
-    else:
-        batched = kvcache.default_max_num_batched_tokens(inputs.gpu_memory_bytes)
-        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {inputs.gpu_memory_bytes / GIB:.1f}"
-                                               " GiB (EngineArgs.get_batch_defaults); passed explicitly so vLLM "
-                                               "batches what the KV groups and activations were sized for")
-    model_max = int(str(text.get("max_position_embeddings") or DEFAULT_MAX_MODEL_LEN))
+    flags = inputs.kv_flags
+    block_size = flags.planned_block_size
+    defaults = kvcache.vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
+    derived_max, derived_how = derived_max_model_len(text)
+    model_max = derived_max or VLLM_DEFAULT_MAX_LEN
+    if inputs.max_model_len is not None:
+        long_note = check_max_model_len_within_the_model(text, inputs.max_model_len, inputs.allow_long_max_model_len)
+        if long_note is not None:
+            notes.append(long_note)
+            model_max = inputs.max_model_len
+    target = inputs.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model_max)
+    capped_by_batched = (inputs.max_model_len is None and not flags.chunked_prefill
+                         and inputs.max_num_batched_tokens is not None and inputs.max_num_batched_tokens < target)
+    if capped_by_batched and inputs.max_num_batched_tokens is not None:
+        # Without chunked prefill vLLM takes no request longer than the batched tokens: the auto length stops there.
+        target = inputs.max_num_batched_tokens
+
+    def batched_for(length: int) -> int:
+        """The batched tokens for a max_model_len: the setting, else vLLM's default, which vLLM itself raises to
+        max_model_len when chunked prefill is off (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
+        if inputs.max_num_batched_tokens is not None:
+            return inputs.max_num_batched_tokens
+        if flags.chunked_prefill:
+            return defaults.max_num_batched_tokens
+        return max(defaults.max_num_batched_tokens, length)
 
     def layout(length: int) -> kvcache.KVLayout:
         return kvcache.kv_layout(text, dtype_bytes=inputs.dtype_bytes, max_model_len=length,
-                                 max_num_batched_tokens=batched)
+                                 max_num_batched_tokens=batched_for(length), async_scheduling=flags.async_scheduling,
+                                 block_size=block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager)
+
+    batched = batched_for(target)
+    # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
+    seqs_cap = min(defaults.max_num_seqs, batched)
+    check_seqs_within_batched(inputs.max_num_seqs, batched)
 
     # The pool: a set --kv-cache-memory-bytes is used as is (vLLM skips profiling); else predicted. The activation
     # term depends on max_num_seqs, so predict with the setting (or vLLM's default), then again with the choice.
-    seqs_guess = inputs.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+    seqs_guess = inputs.max_num_seqs or seqs_cap
     if inputs.kv_cache_memory_bytes is not None:
         pool = inputs.kv_cache_memory_bytes
         pool_d = Derived(pool, "B", "T4SERVE_KV_CACHE_MEMORY_BYTES (vLLM skips memory profiling)", "setting")
@@ -197,15 +354,18 @@ def size(inputs: SizingInputs) -> Sizing:
             "no GPU memory is left for the KV cache",
             found=f"predicted pool {pool / GIB:.2f} GiB: {pool_d.how}",
             required="weights + activations below total x T4SERVE_GPU_MEMORY_UTILIZATION",
-            fix="use the QAT checkpoint (T4SERVE_MODEL=qat), raise T4SERVE_GPU_MEMORY_UTILIZATION, or a larger GPU",
+            fix="use a smaller or quantized checkpoint (for Gemma 4 E2B: T4SERVE_MODEL=qat), raise "
+                "T4SERVE_GPU_MEMORY_UTILIZATION, or a larger GPU"
+                + ("; the weights are held in float32 here, twice their 16 bits (the plan's dtype line says why)"
+                   if inputs.dtype_bytes == 4 else ""),
         )
 
     # max_model_len: the setting, else the published 16384 capped by the model and by what one request can fit.
     if inputs.max_model_len is not None:
         max_len = Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
+        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, inputs.max_model_len)
         if not kvcache.fits(layout(inputs.max_model_len), pool):
-            fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes, upper=model_max,
-                                                 max_num_batched_tokens=batched)
+            fit = kvcache.fit_max_model_len(layout, pool, model_max)
             raise ConfigError(
                 "T4SERVE_MAX_MODEL_LEN does not fit the KV cache pool",
                 found=f"{inputs.max_model_len:,} tokens need {kvcache.min_pool_bytes(layout(inputs.max_model_len)):,}"
@@ -214,20 +374,41 @@ def size(inputs: SizingInputs) -> Sizing:
                 fix=f"set T4SERVE_MAX_MODEL_LEN={fit} or lower, or use the QAT checkpoint",
             )
     else:
-        fit = kvcache.estimate_max_model_len(text, pool, dtype_bytes=inputs.dtype_bytes,
-                                             upper=min(DEFAULT_MAX_MODEL_LEN, model_max),
-                                             max_num_batched_tokens=batched)
+        fit = kvcache.fit_max_model_len(layout, pool, target)
         if fit == 0:
             raise ConfigError(
                 "the KV cache pool cannot hold even one token",
                 found=f"pool {pool:,} B", required=f"at least {layout(1).bytes_per_block * 2:,} B",
                 fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
             )
+        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, fit)
+        batched_cap = (f", T4SERVE_MAX_NUM_BATCHED_TOKENS {target:,} (chunked prefill off)" if capped_by_batched
+                       else "")
         max_len = Derived(fit, "tokens",
-                          f"min({DEFAULT_MAX_MODEL_LEN} as published, model's {model_max:,}, largest one request fits "
-                          f"in the pool) = {fit:,}")
+                          f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {model_max:,} ({derived_how})"
+                          f"{batched_cap}, largest one request fits in the pool) = {fit:,}")
     length = int(max_len.value)
     lay = layout(length)
+    if batched_for(length) != batched:
+        # Chunked prefill off: vLLM batches a whole max_model_len per step; the activations are sized for it.
+        batched = batched_for(length)
+        seqs_cap = min(defaults.max_num_seqs, batched)
+        if inputs.kv_cache_memory_bytes is None:
+            pool, how = predict_pool(inputs, text, inputs.max_num_seqs or seqs_cap, batched)
+            pool_d = Derived(pool, "B", how)
+    if inputs.max_num_batched_tokens is not None:
+        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
+    elif batched != defaults.max_num_batched_tokens:
+        batched_d = Derived(batched, "tokens", f"max({defaults.max_num_batched_tokens} vLLM's default for "
+                                               f"{defaults.tier}, max_model_len {length:,}): with chunked prefill "
+                                               "off vLLM batches a whole request per step")
+    else:
+        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
+                                               "(EngineArgs.get_batch_defaults); passed explicitly so vLLM "
+                                               "batches what the KV groups and activations were sized for")
+    seqs_cap_how = (f"vLLM's default {defaults.max_num_seqs} for {defaults.tier}" if seqs_cap == defaults.max_num_seqs
+                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
+    notes += [f"T4SERVE_VLLM_ARGS: {word} (in the KV figures)" for word in flags.describe()]
 
     # max_num_seqs: as many max-length requests as the pool holds at once (no preemption), capped at vLLM's default.
     # The sampler's share of the activation peak grows with max_num_seqs, so choose and re-predict until stable.
@@ -238,14 +419,14 @@ def size(inputs: SizingInputs) -> Sizing:
         for _ in range(8):
             blocks = kvcache.capacity(lay, pool).num_blocks
             held = blocks // lay.blocks_per_request
-            previous, chosen = chosen, max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, held))
+            previous, chosen = chosen, max(1, min(seqs_cap, held))
             if inputs.kv_cache_memory_bytes is not None or chosen == previous:
                 break
             pool, how = predict_pool(inputs, text, chosen, batched)
             pool_d = Derived(pool, "B", how)
         seqs = Derived(chosen, "seqs",
                        f"floor({blocks:,} blocks / {lay.blocks_per_request:,} per {length:,}-token request) = "
-                       f"{held}, capped at vLLM's {VLLM_DEFAULT_MAX_NUM_SEQS}: every admitted request can reach "
+                       f"{held}, capped at {seqs_cap_how}: every admitted request can reach "
                        "max_model_len without preemption")
 
     # --kv-cache-memory-bytes: whole blocks of the predicted pool, so tokens and concurrency are exactly these.
@@ -281,6 +462,7 @@ def size(inputs: SizingInputs) -> Sizing:
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
     if model.source == "builtin":
         notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    notes += config_reading_notes(model)
     weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
     buffers, buffers_how = buffers_in_gpu(text, batched, inputs.dtype_bytes)
     return Sizing(
@@ -297,4 +479,5 @@ def size(inputs: SizingInputs) -> Sizing:
         swap_to_add_bytes=host.swap_to_add_bytes,
         decode_ceiling_tokens_per_s=ceiling,
         notes=notes,
+        block_size=block_size,
     )

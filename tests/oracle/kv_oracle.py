@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -45,10 +47,12 @@ def stub_cuda_extensions() -> None:
     """Stand-ins for vLLM's compiled CUDA extensions, which link libcuda.so.1 and cannot load on a GPU-less machine.
 
     Stub 1: `vllm._C_stable_libtorch` and `vllm._moe_C_stable_libtorch` (imported by vllm/platforms/cuda.py only to
-    register kernels) become empty modules. Stub 2: `vllm.vllm_flash_attn` (imported by the FlashAttention helpers;
-    FlashAttention needs capability 8.0, so a T4 never runs it) becomes a module whose functions raise. Stub 3
-    (`answer_capability_probes`): the cutlass capability probes that vLLM calls at import time answer False, the
-    truth on a T4 (fp8 and block-fp8 cutlass need 8.9 / 9.0). No KV figure passes through any of them.
+    register kernels) become empty modules. Stub 2: `vllm.vllm_flash_attn` (the FlashAttention kernels) becomes a
+    module whose kernel functions raise, and whose version checks answer what vllm_flash_attn's own
+    `_is_fa{2,3,4}_supported` answer on the stand-in GPU with the image's files: FA2 where its extension file is in the
+    image and the capability is 8.0 or more, FA3 where its extension is there on 9.x, FA4 where its cute interface is
+    there on 9.x, 10.x or 11.x. Stub 3 (`answer_capability_probes`): the cutlass capability probes vLLM calls at import
+    time answer False. No KV figure passes through any of them; they decide which attention backend vLLM picks.
     """
     for name in ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch"):
         sys.modules[name] = types.ModuleType(name)
@@ -57,15 +61,47 @@ def stub_cuda_extensions() -> None:
     def no_flash_attention(*args: object, **kwargs: object) -> None:
         raise RuntimeError("kv_oracle: FlashAttention kernels are not loaded (no GPU)")
 
-    for name in (
-        "compile_flash_attn_varlen_func_from_specs",
-        "fa_version_unsupported_reason",
-        "flash_attn_varlen_func",
-        "get_scheduler_metadata",
-        "is_fa_version_supported",
-    ):
+    for name in ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func", "get_scheduler_metadata"):
         setattr(flash, name, no_flash_attention)
+    flash.fa_version_unsupported_reason = fa_version_unsupported_reason
+    flash.is_fa_version_supported = lambda version: fa_version_unsupported_reason(version) is None
+    # vllm/v1/attention/backends/fa_utils.py asks the interface submodule; it answers the same.
+    interface = types.ModuleType("vllm.vllm_flash_attn.flash_attn_interface")
+    for name in ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func", "get_scheduler_metadata",
+                 "fa_version_unsupported_reason", "is_fa_version_supported"):
+        setattr(interface, name, getattr(flash, name))
+    flash.flash_attn_interface = interface
     sys.modules["vllm.vllm_flash_attn"] = flash
+    sys.modules["vllm.vllm_flash_attn.flash_attn_interface"] = interface
+
+
+def _flash_attn_files() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "vllm_flash_attn"
+
+
+def fa_version_unsupported_reason(version: int) -> str | None:
+    """vllm_flash_attn/flash_attn_interface.py's `_is_fa{N}_supported`, with availability read off the image's files
+    (their import needs libcuda) and the capability off the stand-in platform."""
+    from vllm.platforms import current_platform
+
+    files = _flash_attn_files()
+    if version == 2:
+        if not list(files.glob("_vllm_fa2_C*.so")):
+            return "FA2 is unavailable: no _vllm_fa2_C in the image"
+        return None if current_platform.has_device_capability(80) else "FA2 needs compute capability >= 8"
+    if version == 3:
+        if not list(files.glob("_vllm_fa3_C*.so")):
+            return "FA3 is unavailable: no _vllm_fa3_C in the image"
+        return None if current_platform.is_device_capability_family(90) else "FA3 needs compute capability 9.x"
+    if version == 4:
+        if not (files / "cute" / "interface.py").exists():
+            return "FA4 is unavailable: no cute interface in the image"
+        if any(current_platform.is_device_capability_family(f) for f in (90, 100, 110)):
+            return None
+        return "FA4 needs compute capability 9.x, 10.x or 11.x"
+    raise ValueError(f"Unsupported FA version: {version}")
 
 
 def answer_capability_probes() -> None:
@@ -81,31 +117,52 @@ def answer_capability_probes() -> None:
         setattr(ops, probe, lambda *args, **kwargs: False)
 
 
-def install_t4_platform() -> None:
-    """vLLM's CUDA platform with the device queries answered for a T4 instead of by NVML or the CUDA runtime.
+@dataclasses.dataclass
+class StandInGpu:
+    """The GPU the stand-in platform describes; `install_platform` sets it, and may change it between runs."""
 
-    Without a GPU vLLM resolves `UnspecifiedPlatform`; the planner and the backend selector need the CUDA platform,
-    and the only things it would ask the device are its capability, name and memory (this memory sets vLLM's
-    default max_num_batched_tokens).
+    name: str = T4_NAME
+    capability: tuple[int, int] = T4_CAPABILITY
+    memory_bytes: int = T4_MEMORY_BYTES
+
+
+STAND_IN = StandInGpu()
+
+
+def install_platform(name: str, capability: tuple[int, int], memory_bytes: int) -> None:
+    """vLLM's CUDA platform with the device queries answered for the GPU described instead of by NVML or the CUDA
+    runtime (its name, capability and total memory: what sets vLLM's batch defaults, dtypes and attention backends).
+
+    Without a GPU vLLM resolves `UnspecifiedPlatform`; the planner and the backend selector need the CUDA platform.
+    Called again, the same platform object describes the new GPU (modules hold it from their imports).
     """
     import vllm.platforms
     from vllm.platforms.cuda import NonNvmlCudaPlatform
     from vllm.platforms.interface import DeviceCapability
 
-    class T4Platform(NonNvmlCudaPlatform):  # type: ignore[misc]  # vLLM is untyped to mypy here
+    STAND_IN.name, STAND_IN.capability, STAND_IN.memory_bytes = name, (capability[0], capability[1]), memory_bytes
+    if isinstance(getattr(vllm.platforms, "_current_platform", None), NonNvmlCudaPlatform):
+        return
+
+    class StandInPlatform(NonNvmlCudaPlatform):  # type: ignore[misc]  # vLLM is untyped to mypy here
         @classmethod
         def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(*T4_CAPABILITY)
+            return DeviceCapability(*STAND_IN.capability)
 
         @classmethod
         def get_device_name(cls, device_id: int = 0) -> str:
-            return T4_NAME
+            return STAND_IN.name
 
         @classmethod
         def get_device_total_memory(cls, device_id: int = 0) -> int:
-            return T4_MEMORY_BYTES
+            return STAND_IN.memory_bytes
 
-    vllm.platforms.current_platform = T4Platform()
+    vllm.platforms.current_platform = StandInPlatform()
+
+
+def install_t4_platform() -> None:
+    """The stand-in platform describing a Tesla T4 (capability 7.5, 15,360 MiB)."""
+    install_platform(T4_NAME, T4_CAPABILITY, T4_MEMORY_BYTES)
 
 
 @contextlib.contextmanager

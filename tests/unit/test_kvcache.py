@@ -7,6 +7,7 @@ from e2b_checkpoint import e2b_config
 
 from t4serve import kvcache as kv
 from t4serve.errors import ConfigError
+from t4serve.gpus import KNOWN_GPUS
 
 TEXT = e2b_config()["text_config"]
 
@@ -79,6 +80,40 @@ def test_default_max_num_batched_tokens_by_memory() -> None:
     assert kv.default_max_num_batched_tokens(180 * gib) == 16384
 
 
+# vLLM 0.33 EngineArgs.get_batch_defaults, read for each card of the known table (name, memory, capability as the
+# table has them); tests/image/test_kv_oracle_families.py asks vLLM's own function the same for every card.
+KNOWN_GPU_BATCH_DEFAULTS = {
+    "t4": (2048, 256),
+    "rtx2080ti": (2048, 256),
+    "a10g": (2048, 256),
+    "l4": (2048, 256),
+    "a100": (2048, 256),  # 80 GiB, but vLLM keeps A100s on the small tier by name
+    "h100": (8192, 1024),
+    "h200": (8192, 1024),
+}
+
+
+@pytest.mark.parametrize("key", sorted(KNOWN_GPUS))
+def test_batch_defaults_of_every_known_gpu(key: str) -> None:
+    gpu = KNOWN_GPUS[key]
+    got = kv.vllm_batch_defaults(gpu.memory_bytes, gpu.name, gpu.compute_capability)
+    assert (got.max_num_batched_tokens, got.max_num_seqs) == KNOWN_GPU_BATCH_DEFAULTS[key]
+
+
+def test_batch_defaults_tiers_by_memory_name_and_capability() -> None:
+    gib = 1024**3
+    assert (kv.vllm_batch_defaults(180 * gib, "NVIDIA B200", (10, 0)).max_num_seqs) == 1024
+    assert kv.vllm_batch_defaults(180 * gib, "NVIDIA B200", (10, 0)).max_num_batched_tokens == 16384
+    # The name check is vLLM's: lowercased substring, so any A100 of 70 GiB or more stays small.
+    assert kv.vllm_batch_defaults(80 * gib, "A100-PCIE-80GB", (8, 0)).max_num_seqs == 256
+    # GB10 (DGX Spark) reports 119 GiB of unified memory but is kept on the small tier by its capability.
+    gb10 = kv.vllm_batch_defaults(119 * gib, "NVIDIA GB10", (12, 1))
+    assert (gb10.max_num_batched_tokens, gb10.max_num_seqs) == (2048, 256)
+    assert "GB10" in gb10.tier
+    # Just under 70 GiB is the small tier whatever the name.
+    assert kv.vllm_batch_defaults(70 * gib - 1, "NVIDIA H100", (9, 0)).max_num_seqs == 256
+
+
 def test_published_bf16_t4_pool_gives_logged_tokens_and_concurrency() -> None:
     lay = layout()
     low, high = kv.pool_bytes_range(lay, 315_974)
@@ -108,3 +143,64 @@ def test_estimate_max_model_len_binary_search() -> None:
 def test_incomplete_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="lacks what KV cache sizing needs"):
         kv.kv_cache_specs({"hidden_size": 10}, 2)
+
+
+def dense(**extra: object) -> dict[str, object]:
+    """A dense decoder's text config (Phi-4-mini's shape: 32 layers, 24 query and 8 KV heads of 128)."""
+    return {"num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8, "hidden_size": 3072,
+            **extra}
+
+
+def test_model_level_window_without_layer_types_slides_every_layer() -> None:
+    """vLLM sets CacheConfig.sliding_window when layer_types is absent, and every layer built without a window of its
+    own takes it: Phi-4-mini's 262,144-token window makes each layer a sliding spec, one block more per request."""
+    specs = kv.kv_cache_specs(dense(sliding_window=262144), 2)
+    assert {s.kind for s in specs} == {"sliding"} and {s.sliding_window for s in specs} == {262144}
+    lay = kv.kv_layout(dense(sliding_window=262144), dtype_bytes=2, max_model_len=16384, max_num_batched_tokens=2048)
+    assert len(lay.groups) == 1 and lay.blocks_per_request == 16384 // 16 + 1
+    full = kv.kv_layout(dense(), dtype_bytes=2, max_model_len=16384, max_num_batched_tokens=2048)
+    assert full.blocks_per_request == 16384 // 16
+
+
+def test_a_window_only_where_layer_types_say_sliding() -> None:
+    all_full = dense(sliding_window=4096, layer_types=["full_attention"] * 32)
+    assert {s.kind for s in kv.kv_cache_specs(all_full, 2)} == {"full"}
+    all_sliding = dense(sliding_window=4096, layer_types=["sliding_attention"] * 32)
+    assert {s.sliding_window for s in kv.kv_cache_specs(all_sliding, 2)} == {4096}
+    # A window of 0 is "no window" (vLLM's ModelConfig turns it into None).
+    assert {s.kind for s in kv.kv_cache_specs(dense(sliding_window=0), 2)} == {"full"}
+
+
+def test_layers_of_other_kinds_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="outside what t4serve sizes") as exc:
+        kv.kv_cache_specs(dense(layer_types=["linear_attention", "full_attention"] * 16), 2)
+    assert "linear_attention" in exc.value.found
+    with pytest.raises(ConfigError, match="outside what t4serve sizes") as exc:
+        kv.kv_cache_specs(dense(kv_lora_rank=512), 2)
+    assert "MLA" in exc.value.found or "latent" in exc.value.found
+    assert exc.value.fix is not None and "T4SERVE_KV_CACHE_MEMORY_BYTES=profile" in exc.value.fix
+
+
+def test_disabled_hybrid_manager_allocates_sliding_layers_in_full() -> None:
+    """--disable-hybrid-kv-cache-manager: E2B's 12 sliding layers are promoted to full attention, and with their
+    256-wide heads the 15 layers form one group of per-layer pages (UniformTypeKVCacheSpecs)."""
+    hybrid = layout(16384)
+    flat = layout(16384, hybrid_kv_cache_manager=False)
+    assert len(flat.groups) == 1 and flat.groups[0].uniform_type
+    assert flat.bytes_per_block == 12 * 16384 + 3 * 32768
+    assert flat.blocks_per_request == 16384 // 16
+    per_request = (flat.blocks_per_request * flat.bytes_per_block, hybrid.blocks_per_request * hybrid.bytes_per_block)
+    assert 1.85 < per_request[0] / per_request[1] < 1.95  # "almost 2x" the bytes per max-length request
+    # A model of one kind is left as it is.
+    one_kind = kv.kv_layout(dense(sliding_window=4096), dtype_bytes=2, max_model_len=16384,
+                            max_num_batched_tokens=2048, hybrid_kv_cache_manager=False)
+    assert {g.spec.kind for g in one_kind.groups} == {"sliding"}
+
+
+def test_async_scheduling_and_block_size_move_the_sliding_groups() -> None:
+    sync = layout(16384, async_scheduling=False)
+    assert sync.in_flight_tokens == 2048
+    assert sync.blocks_per_request_by_group[0] == -(-(511 + 2048) // 32) + 1
+    big = layout(16384, block_size=32)
+    assert big.bytes_per_block == 2 * layout(16384).bytes_per_block
+    assert big.blocks_per_request_by_group[-1] == 16384 // 32

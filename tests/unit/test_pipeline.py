@@ -114,3 +114,21 @@ def test_gather_facts_probes_this_machine(tmp_path: Path) -> None:
     assert {d.role for d in facts.host.disks} == set(write_paths(s, {"HOME": str(tmp_path)}))
     assert facts.host.mem_total_bytes > 0
     assert Facts.from_json(facts.to_json()) == facts
+    assert facts.vllm_env == {}
+
+
+def test_vllms_long_max_model_len_switch_is_recorded_and_replayed(tmp_path: Path) -> None:
+    """VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment lets vLLM take a max_model_len above the model's
+    maximum: the probe records it, so a replayed machine plans alike, and the plan accepts such a length only then."""
+    s = settings(T4SERVE_MANIFEST=str(tmp_path / "absent.json"), T4SERVE_STATE_DIR=str(tmp_path / "state"))
+    env = {"TMPDIR": str(tmp_path), "HOME": str(tmp_path), "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "True "}
+    facts = gather_facts(s, env)
+    assert facts.vllm_env == {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "True "}
+    replayed = Facts.from_json(facts.to_json())
+    assert replayed.vllm_env == facts.vllm_env
+    long = settings(T4SERVE_MAX_MODEL_LEN="262144", T4SERVE_KV_CACHE_MEMORY_BYTES="40GiB")
+    on_h200 = with_known_gpu(replayed, "h200")
+    assert plan(long, ensure_model(long, on_h200)).sizing is not None
+    refused = plan(long, ensure_model(long, dataclasses.replace(on_h200, vllm_env={})))
+    assert refused.sizing is None and refused.sizing_error is not None
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in refused.sizing_error

@@ -11,7 +11,7 @@ from sample_facts import QAT_REPO, no_gpu, t4, with_gpu
 from t4serve.derived import Derived
 from t4serve.facts import Facts
 from t4serve.pipeline import ensure_model, with_known_gpu
-from t4serve.plan import Plan, attention_backend, clamp_decision, head_sizes, plan
+from t4serve.plan import Plan, attention_backend, choose_dtype, clamp_decision, head_sizes, plan
 from t4serve.settings import Settings
 
 TOKEN = "hf_planTOKEN42"
@@ -46,7 +46,9 @@ def test_t4_qat_argv() -> None:
     assert flag(argv, "--max-num-seqs") == str(int(p.sizing.max_num_seqs.value))
     if p.sizing.kv_cache_memory_bytes is not None:
         assert flag(argv, "--kv-cache-memory-bytes") == str(int(p.sizing.kv_cache_memory_bytes.value))
+    # The backend is vLLM's choice; the block size the figures are for is pinned.
     assert "--attention-backend" not in argv and p.attention_backend is None
+    assert flag(argv, "--block-size") == "16" and p.sizing.block_size == 16
     assert "capability 7.5 < 8.0" in p.dtype_reason
 
 
@@ -152,7 +154,7 @@ def test_more_than_one_gpu_is_noted() -> None:
     facts = t4()
     two = dataclasses.replace(facts, gpu=dataclasses.replace(facts.gpu, devices=facts.gpu.devices * 2))
     assert any("2 GPUs visible" in n for n in plan_for(two).notes)
-    assert plan_for(with_gpu(t4())).notes == ()
+    assert not any("GPUs visible" in n for n in plan_for(with_gpu(t4())).notes)
 
 
 def test_attention_backend_forms() -> None:
@@ -239,3 +241,70 @@ def test_without_option_drops_both_spellings() -> None:
 
     argv = ["--a", "1", "--served-model-name", "x", "--b", "--served-model-name=y", "--served-model-names", "z"]
     assert without_option(argv, "--served-model-name") == ("--a", "1", "--b", "--served-model-names", "z")
+
+
+def test_an_a100_keeps_vllms_small_batch_defaults_by_its_name() -> None:
+    """vLLM keeps an 80 GiB A100 at 2048 batched tokens and 256 seqs (its name check); 8192 would hold 4 x 8192
+    tokens in flight per sliding group and give up KV capacity vLLM itself would have kept."""
+    a100 = plan_for(with_known_gpu(t4(), "a100"), T4SERVE_MODEL="bf16")
+    assert flag(a100.argv, "--max-num-batched-tokens") == "2048"
+    assert a100.sizing is not None and "A100" in a100.sizing.max_num_batched_tokens.how
+    assert int(a100.sizing.max_num_seqs.value) <= 256 and "256" in a100.sizing.max_num_seqs.how
+    forced = plan_for(with_known_gpu(t4(), "a100"), T4SERVE_MODEL="bf16", T4SERVE_MAX_NUM_BATCHED_TOKENS="8192")
+    assert forced.sizing is not None and forced.sizing.kv_tokens.value < a100.sizing.kv_tokens.value
+
+
+def test_an_h100_gets_vllms_large_defaults_and_its_seqs_cap() -> None:
+    h100 = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_MODEL="qat", T4SERVE_MAX_MODEL_LEN="1024")
+    assert h100.sizing is not None
+    assert flag(h100.argv, "--max-num-batched-tokens") == "8192"
+    # 1024-token requests: the pool holds thousands, vLLM's default caps at 1024 on this tier.
+    assert flag(h100.argv, "--max-num-seqs") == "1024"
+    assert "1024" in h100.sizing.max_num_seqs.how
+
+
+def test_max_num_seqs_never_exceeds_the_batched_tokens() -> None:
+    p = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_MODEL="qat", T4SERVE_MAX_MODEL_LEN="1024",
+                 T4SERVE_MAX_NUM_BATCHED_TOKENS="512")
+    assert flag(p.argv, "--max-num-seqs") == "512"
+    assert p.sizing is not None and "max_num_batched_tokens 512" in p.sizing.max_num_seqs.how
+
+
+def with_config(facts: Facts, **config: object) -> Facts:
+    """`facts` whose model's config.json says `config` at the top level (the text config and weights kept)."""
+    assert facts.model is not None
+    return dataclasses.replace(facts, model=dataclasses.replace(facts.model, config={**facts.model.config, **config}))
+
+
+def test_auto_dtype_is_vllms_own_choice() -> None:
+    """vLLM's `_resolve_auto_dtype`: the checkpoint's dtype where the card runs it; a float32 checkpoint runs in the
+    card's first dtype; float16 never for the model types vLLM refuses it for (Gemma 2 and 3, GLM-4)."""
+    s = settings(T4SERVE_MODEL="bf16")
+    base = ensure_model(s, t4())
+    gemma3 = with_config(base, model_type="gemma3")
+    dtype, why = choose_dtype(s, gemma3.gpu.devices[0], gemma3.model)
+    assert dtype == "float32" and "does not support float16" in why and "twice the memory" in why
+    a10g = with_known_gpu(gemma3, "a10g")
+    assert choose_dtype(s, a10g.gpu.devices[0], a10g.model)[0] == "bfloat16"
+    fp32 = with_known_gpu(with_config(base, torch_dtype="float32"), "a10g")
+    assert choose_dtype(s, fp32.gpu.devices[0], fp32.model) == (
+        "bfloat16", "auto: a float32 checkpoint runs in bfloat16, vLLM's first dtype on capability 8.6")
+    on_t4 = with_config(base, torch_dtype="float32")
+    assert choose_dtype(s, on_t4.gpu.devices[0], on_t4.model)[0] == "float16"
+    # No dtype in config.json: the weights' floating dtype, as vLLM reads it from the safetensors headers.
+    assert base.model is not None
+    untyped = dataclasses.replace(base.model, config={k: v for k, v in base.model.config.items()
+                                                      if k not in ("torch_dtype", "dtype")})
+    assert choose_dtype(s, a10g.gpu.devices[0], untyped)[0] == "bfloat16"
+
+
+def test_a_gemma3_plan_on_a_t4_is_float32_and_sized_so() -> None:
+    s = settings(T4SERVE_MODEL="bf16", T4SERVE_MAX_MODEL_LEN="1024", T4SERVE_MAX_NUM_SEQS="1",
+                 T4SERVE_GPU_MEMORY_UTILIZATION="1.0")
+    facts = with_known_gpu(with_config(ensure_model(s, t4()), model_type="gemma3"), "h200")
+    p = plan(s, facts)
+    assert flag(p.argv, "--dtype") == "bfloat16"
+    on_t4 = plan(s, with_config(ensure_model(s, t4()), model_type="gemma3"))
+    assert flag(on_t4.argv, "--dtype") == "float32"
+    # E2B's 10 GB of bf16 weights do not fit a T4 in float32: the refusal says the weights are held in float32.
+    assert on_t4.sizing is None and on_t4.sizing_error is not None and "float32" in on_t4.sizing_error

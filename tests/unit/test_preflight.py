@@ -98,6 +98,19 @@ def test_bf16_on_turing_fails_and_float16_clears_it() -> None:
     assert only(findings(a10g, settings(T4SERVE_DTYPE="bfloat16")), "dtype").level == "ok"
 
 
+def test_float16_for_a_model_vllm_refuses_it_fails_in_vllms_words() -> None:
+    s = settings(T4SERVE_DTYPE="float16")
+    facts = ensure_model(s, t4())
+    assert facts.model is not None
+    gemma3 = dataclasses.replace(facts, model=dataclasses.replace(
+        facts.model, config={**facts.model.config, "model_type": "gemma3_text"}))
+    finding = only(findings(gemma3, s), "dtype")
+    assert finding.level == "fail" and "gemma3_text" in finding.found
+    assert "The model type 'gemma3_text' does not support float16. Reason: Numerical instability" in finding.required
+    assert "T4SERVE_DTYPE=auto" in finding.fix and "float32" in finding.fix
+    assert only(findings(facts, s), "dtype").level == "ok"
+
+
 def test_gpu_memory_taken_by_another_process() -> None:
     busy = with_gpu(t4(), memory_free_bytes=10 * GIB)
     finding = only(findings(busy), "gpu-memory")

@@ -116,3 +116,58 @@ def test_model_without_config_is_refused(tmp_path: Path) -> None:
     empty = ModelFacts(requested="x/y", local_path=None, source="not-local", error="hub unreachable")
     with pytest.raises(ConfigError, match=r"needs the model.s config\.json"):
         sizing.size(inputs(empty))
+
+
+@pytest.mark.parametrize(
+    ("text", "derived"),
+    [
+        ({"max_position_embeddings": 131072}, 131072),
+        ({"max_position_embeddings": 40960, "seq_length": 32768}, 32768),  # the smallest key
+        ({"max_position_embeddings": 8192, "model_max_length": 16384}, 16384),  # Command-R's override
+        ({"max_position_embeddings": 8192, "rope_scaling": {"type": "linear", "factor": 4.0}}, 32768),
+        ({"max_position_embeddings": 8192, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, 16384),
+        # Already-scaled types keep max_position_embeddings (Llama 3.1, Phi-4-mini's longrope, YaRN).
+        ({"max_position_embeddings": 131072, "rope_parameters": {"rope_type": "llama3", "factor": 8.0}}, 131072),
+        ({"max_position_embeddings": 131072, "rope_scaling": {"type": "longrope", "long_factor": [1.0]}}, 131072),
+        ({"max_position_embeddings": 131072, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, 131072),
+        # Gemma 3's 128K is already scaled: vLLM skips the factor for any gemma3 model type.
+        ({"model_type": "gemma3_text", "max_position_embeddings": 131072,
+          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0},
+                              "sliding_attention": {"rope_type": "default"}}}, 131072),
+        ({"max_position_embeddings": 4096,
+          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0},
+                              "sliding_attention": {"rope_type": "default"}}}, 8192),
+        ({"hidden_size": 8}, None),
+    ],
+)
+def test_derived_max_model_len_is_vllms(text: dict[str, object], derived: int | None) -> None:
+    assert sizing.derived_max_model_len(text)[0] == derived
+
+
+def test_max_model_len_above_the_model_is_refused_in_vllms_words(bf16: ModelFacts) -> None:
+    with pytest.raises(ConfigError, match="above the model's maximum") as exc:
+        sizing.size(inputs(bf16, max_model_len=262144, kv_cache_memory_bytes=40 * GIB))
+    assert "User-specified max_model_len (262144) is greater than the derived max_model_len" in exc.value.required
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in exc.value.required
+    assert exc.value.fix is not None and "T4SERVE_MAX_MODEL_LEN=131072" in exc.value.fix
+    allowed = sizing.size(inputs(bf16, max_model_len=262144, kv_cache_memory_bytes=40 * GIB,
+                                 allow_long_max_model_len=True))
+    assert allowed.max_model_len.value == 262144
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN is set" in n for n in allowed.notes)
+
+
+def test_auto_max_model_len_says_the_models_maximum(bf16: ModelFacts) -> None:
+    s = sizing.size(inputs(bf16, max_model_len=None, max_num_seqs=None))
+    assert "max_position_embeddings=131,072" in s.max_model_len.how
+
+
+def test_weights_are_held_in_the_model_dtype(bf16: ModelFacts, qat: ModelFacts) -> None:
+    """vLLM keeps floating-point weights in the model dtype: bf16 weights take twice the bytes in float32; QAT's
+    packed int4 weights stay as stored, only its 16-bit tensors double."""
+    half, _ = sizing.weights_in_gpu(bf16, 2)
+    full, how = sizing.weights_in_gpu(bf16, 4)
+    assert full == 2 * half and "BF16 held as 32-bit" in how
+    q_half, _ = sizing.weights_in_gpu(qat, 2)
+    q_full, _ = sizing.weights_in_gpu(qat, 4)
+    packed = sum(n for g in qat.weights for d, n in g.bytes_by_dtype.items() if d in ("I32", "I64"))
+    assert packed > 0 and q_full == 2 * q_half - packed

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from t4serve import __version__
-from t4serve.facts import FACTS_SCHEMA, BuildManifest, Facts, GpuFacts, HostFacts, ModelFacts
+from t4serve.facts import FACTS_SCHEMA, VLLM_ENV_FOR_PLAN, BuildManifest, Facts, GpuFacts, HostFacts, ModelFacts
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
@@ -20,7 +20,8 @@ __all__ = ["collect_facts", "probe_gpu", "probe_host", "probe_manifest", "record
 
 
 def recorded_now(
-    *, gpu: GpuFacts, host: HostFacts, manifest: BuildManifest, model: ModelFacts | None, provenance: str
+    *, gpu: GpuFacts, host: HostFacts, manifest: BuildManifest, model: ModelFacts | None, provenance: str,
+    vllm_env: Mapping[str, str] | None = None,
 ) -> Facts:
     """A Facts record of this machine, now: the schema, t4serve's version, the time and the host name stamped."""
     return Facts(
@@ -33,6 +34,7 @@ def recorded_now(
         manifest=manifest,
         model=model,
         provenance=provenance,
+        vllm_env=dict(vllm_env or {}),
     )
 
 
@@ -64,4 +66,5 @@ def collect_facts(
         manifest=probe_manifest(manifest_path),
         model=model,
         provenance="probed",
+        vllm_env={name: environ[name] for name in VLLM_ENV_FOR_PLAN if name in environ},
     )

@@ -1,0 +1,199 @@
+"""t4serve's plan against vLLM 0.33's own planner for eight model families on the GPUs of the known table, with the
+flags that move KV accounting: tests/oracle/plan_oracle.py runs, in the image, t4serve's plan for each case and then
+vLLM on that plan's argv (its parser, engine config, real model classes on the meta device, planner). Every figure
+must be equal, or both must refuse, with the same largest length where the refusal is the pool's.
+
+The checkpoints are written by tests/unit/family_checkpoints.py (published config.json, true headers, sparse data) and
+tests/unit/e2b_checkpoint.py (Gemma 4 E2B)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from .conftest import REPO, load_e2b_checkpoint
+
+pytestmark = pytest.mark.image
+
+sys.path.insert(0, str(REPO / "tests" / "unit"))
+from family_checkpoints import FAMILIES, write_family  # noqa: E402
+
+from t4serve.gpus import KNOWN_GPUS  # noqa: E402
+
+# Importing vLLM, probing eight checkpoints through its config reader and building ~80 engines takes minutes.
+ORACLE_TIMEOUT_S = 1500
+ALL = ("e2b", *FAMILIES)
+# Models that fit a T4 in the dtype vLLM runs them in; the others are planned on a T4 with a given pool.
+FITS_T4 = ("e2b", "qwen3", "llama3", "phi4mini", "smollm3", "llama31awq")
+# Families with sliding-window layers (the flags that move the sliding groups are asked for each).
+SLIDING = ("e2b", "gemma3", "phi4mini", "mistral")
+T4_POOL = str(3 * 1024**3)  # a KV pool for the models whose weights do not fit a T4
+
+
+def cases() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def case(family: str, gpu: str, name: str, **env: str) -> None:
+        if gpu == "t4" and family not in FITS_T4:
+            env.setdefault("T4SERVE_KV_CACHE_MEMORY_BYTES", T4_POOL)
+        out.append({"id": f"{family}/{gpu}/{name}", "model": f"/fam/{family}", "gpu": gpu, "env": env})
+
+    for family in ALL:
+        case(family, "t4", "default")
+        case(family, "t4", "len4096", T4SERVE_MAX_MODEL_LEN="4096")
+        case(family, "a100", "default")
+        case(family, "h100", "default")
+        # vLLM's checks before it plans, and a pool too small for the length asked.
+        case(family, "t4", "above-the-model", T4SERVE_MAX_MODEL_LEN="1048576",
+             T4SERVE_KV_CACHE_MEMORY_BYTES=str(64 * 1024**3))
+        case(family, "t4", "seqs-above-batched", T4SERVE_MAX_MODEL_LEN="4096", T4SERVE_MAX_NUM_SEQS="300",
+             T4SERVE_MAX_NUM_BATCHED_TOKENS="256")
+        case(family, "t4", "pool-too-small", T4SERVE_MAX_MODEL_LEN="32768",
+             T4SERVE_KV_CACHE_MEMORY_BYTES=str(256 * 1024**2))
+    for family in SLIDING:
+        case(family, "t4", "no-async", T4SERVE_VLLM_ARGS="--no-async-scheduling")
+        case(family, "t4", "hybrid-off", T4SERVE_VLLM_ARGS="--disable-hybrid-kv-cache-manager")
+        case(family, "t4", "chunked-off", T4SERVE_MAX_MODEL_LEN="8192", T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
+        case(family, "t4", "chunked-off-batched-set", T4SERVE_MAX_MODEL_LEN="8192",
+             T4SERVE_MAX_NUM_BATCHED_TOKENS="2048", T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
+        case(family, "t4", "block32", T4SERVE_VLLM_ARGS="--block-size 32")
+    case("qwen3", "t4", "block64", T4SERVE_VLLM_ARGS="--block-size 64")
+    case("e2b", "t4", "chunked-off-auto-length", T4SERVE_MAX_NUM_BATCHED_TOKENS="2048",
+         T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
+    # The backend is vLLM's choice (Triton below 8.0 and for Gemma 4 below 9.0, FlashAttention above): the figures
+    # must not depend on it. Each backend vLLM accepts for the model, named.
+    case("e2b", "h100", "triton", T4SERVE_VLLM_ARGS="--attention-backend TRITON_ATTN")
+    case("qwen3", "a100", "triton", T4SERVE_VLLM_ARGS="--attention-backend TRITON_ATTN")
+    case("qwen3", "h100", "flex", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
+    case("gemma3", "a100", "flex", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
+    case("e2b", "l4", "default")
+    case("mistral", "l4", "default")
+    case("e2b", "h200", "ngram-gpu", T4SERVE_VLLM_ARGS="--spec-method ngram_gpu --spec-tokens 3")
+    case("llama3", "t4", "ngram-gpu",
+         T4SERVE_VLLM_ARGS="--speculative-config '{\"method\": \"ngram_gpu\", \"num_speculative_tokens\": 3}'")
+    return out
+
+
+@pytest.fixture(scope="module")
+def oracle(docker_bin: str, image_ref: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("families")
+    for family in FAMILIES:
+        write_family(root / family, family)
+    load_e2b_checkpoint().write_checkpoint(root / "e2b", kind="bf16")
+    spec = {
+        "cases": cases(),
+        "batch_defaults": [{"key": g.key, "name": g.name, "capability": list(g.compute_capability),
+                            "memory_bytes": g.memory_bytes} for g in KNOWN_GPUS.values()],
+    }
+    (root / "cases.json").write_text(json.dumps(spec))
+    # The image runs as its own user: the checkpoints it reads must be readable by others.
+    for path in (root, *root.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    cmd = [docker_bin, "run", "--rm", "--network", "none", "-e", "CUDA_VISIBLE_DEVICES=",
+           "-v", f"{REPO / 'tests'}:/t:ro", "-v", f"{root}:/fam:ro", "--entrypoint", "python", image_ref,
+           "/t/oracle/plan_oracle.py", "/fam/cases.json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=ORACLE_TIMEOUT_S)
+    assert done.returncode == 0, f"the oracle failed in {image_ref}:\n{done.stderr[-6000:]}"
+    data: dict[str, Any] = json.loads(done.stdout)
+    assert data["vllm_version"] == "0.33.0", data["vllm_version"]
+    return data
+
+
+def by_id(oracle: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in oracle["cases"]}
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_every_known_gpus_batch_defaults_are_vllms(oracle: dict[str, Any]) -> None:
+    rows = {r["key"]: r for r in oracle["batch_defaults"]}
+    assert set(rows) == set(KNOWN_GPUS)
+    for key, row in rows.items():
+        assert row["t4serve"] == row["vllm"], key
+
+
+@pytest.mark.parametrize("case_id", [c["id"] for c in cases()])
+def test_plan_equals_vllm(oracle: dict[str, Any], case_id: str) -> None:
+    entry = by_id(oracle)[case_id]
+    assert "error" not in entry, entry.get("traceback", entry.get("error"))
+    ours, theirs = entry["t4serve"], entry["vllm"]
+    # The config the figures rest on was read through vLLM's own reader, defaults included.
+    assert ours["config_read_by"] is not None and ours["config_read_by"].startswith("vLLM 0.33.0 get_config")
+    if ours["sizing_error"] is not None:
+        # t4serve refuses: vLLM refuses the same argv, at its checks or when planning the pool.
+        assert "no GPU memory is left" not in ours["sizing_error"], ours["sizing_error"]
+        refused_pools = [p for p in theirs.get("pools", []) if not p["fits"]]
+        assert theirs.get("refused") or refused_pools, (ours["sizing_error"], theirs)
+        if not theirs.get("refused"):
+            said = int(ours["sizing_error"].split("required: at most ")[1].split(" tokens")[0].replace(",", ""))
+            assert refused_pools[0]["estimated_max_model_len"] == said, (said, refused_pools[0])
+        return
+    assert theirs.get("refused") is None, theirs.get("refused")
+    argv = ours["argv"]
+    # vLLM runs what the plan says: its dtype, lengths, batch, block and backend.
+    assert theirs["dtype"] == ours["dtype"]
+    assert theirs["max_model_len"] == ours["max_model_len"] == int(flag(argv, "--max-model-len") or 0)
+    assert theirs["max_num_seqs"] == ours["max_num_seqs"]
+    assert theirs["max_num_batched_tokens"] == ours["max_num_batched_tokens"]
+    assert theirs["block_size"] == ours["block_size"]
+    named = flag(argv, "--attention-backend")
+    if named is not None:
+        assert theirs["attention_backends"] == [named.upper()]
+    assert theirs["kv_cache_layout"] == "LBNHC"  # the layout kvcache.bytes_per_block is written for
+    pools = {str(p["pool_bytes"]): p for p in theirs["pools"]}
+    assert set(ours["pools"]) <= set(pools)
+    for pool, mine in ours["pools"].items():
+        vllm_pool = pools[pool]
+        assert vllm_pool["fits"] == mine["fits"], (pool, vllm_pool.get("error"))
+        if not mine["fits"]:
+            assert vllm_pool["estimated_max_model_len"] == mine["largest_length"], pool
+            continue
+        assert (vllm_pool["num_blocks"], vllm_pool["bytes_per_block"], vllm_pool["kv_cache_size_tokens"],
+                vllm_pool["max_concurrency"]) == (mine["num_blocks"], mine["bytes_per_block"],
+                                                  mine["kv_cache_size_tokens"], mine["max_concurrency"]), pool
+        assert [g["blocks_per_request"] for g in vllm_pool["groups"]] == mine["blocks_per_request_by_group"], pool
+    # The plan's own pool: vLLM logs exactly the plan's tokens and concurrency.
+    own = pools[str(ours["kv_cache_memory_bytes"])]
+    assert own["kv_cache_size_tokens"] == ours["kv_tokens"]
+    assert round(own["max_concurrency"], 2) == ours["concurrency"]
+    for line in own["log"]:  # vLLM logs each distinct line once per process
+        assert f"{ours['kv_tokens']:,} tokens" in line
+
+
+def test_the_flags_moved_what_they_should(oracle: dict[str, Any]) -> None:
+    """The flags reached vLLM and changed its accounting as the plan modelled it (not a no-op on both sides)."""
+    cases_by_id = by_id(oracle)
+    for family in SLIDING:
+        default = cases_by_id[f"{family}/t4/default"]
+        sync = cases_by_id[f"{family}/t4/no-async"]
+        flat = cases_by_id[f"{family}/t4/hybrid-off"]
+        unchunked = cases_by_id[f"{family}/t4/chunked-off"]
+        assert default["vllm"]["async_scheduling"] and not sync["vllm"]["async_scheduling"]
+        assert sync["vllm"]["max_in_flight_tokens"] * 2 == default["vllm"]["max_in_flight_tokens"]
+        assert not flat["vllm"]["hybrid_kv_cache_manager"]
+        assert not unchunked["vllm"]["chunked_prefill"] and unchunked["vllm"]["max_num_batched_tokens"] == 8192
+        assert cases_by_id[f"{family}/t4/block32"]["vllm"]["block_size"] == 32
+    # Gemma 4 with the hybrid manager off: the sliding layers are allocated in full, almost half the tokens.
+    e2b_flat = cases_by_id["e2b/t4/hybrid-off"]["t4serve"]
+    e2b = cases_by_id["e2b/t4/default"]["t4serve"]
+    assert e2b_flat["kv_tokens"] < 0.6 * e2b["kv_tokens"]
+    # Phi-4-mini's model-level window slides on every layer, as vLLM builds it.
+    assert cases_by_id["phi4mini/t4/default"]["vllm"]["layer_spec_types"] == ["SlidingWindowSpec"]
+    # Gemma 3 on a T4 runs in float32 (vLLM refuses float16 for it), in bfloat16 from capability 8.0.
+    assert cases_by_id["gemma3/t4/default"]["vllm"]["dtype"] == "float32"
+    assert cases_by_id["gemma3/a100/default"]["vllm"]["dtype"] == "bfloat16"
+    # vLLM's own backend choice, which the plan leaves to it: FlashAttention 4 for Gemma 4 from capability 9.0, Triton
+    # below; FlashAttention for a dense model from 8.0. The figures above were equal either way.
+    assert cases_by_id["e2b/h100/default"]["vllm"]["attention_backends"] == ["FLASH_ATTN"]
+    assert cases_by_id["e2b/a100/default"]["vllm"]["attention_backends"] == ["TRITON_ATTN"]
+    assert cases_by_id["e2b/t4/default"]["vllm"]["attention_backends"] == ["TRITON_ATTN"]
+    assert cases_by_id["qwen3/a100/default"]["vllm"]["attention_backends"] == ["FLASH_ATTN"]
+    # An A100 keeps vLLM's small batch by name; an H100 gets 8192.
+    assert cases_by_id["qwen3/a100/default"]["vllm"]["max_num_batched_tokens"] == 2048
+    assert cases_by_id["qwen3/h100/default"]["vllm"]["max_num_batched_tokens"] == 8192

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from t4serve import hfconfig
-from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
+from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
 from t4serve.untrusted import (
     Untrusted,

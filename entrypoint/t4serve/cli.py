@@ -142,7 +142,7 @@ def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> Config
     """The usage error for an option `t4serve serve` does not know: a flag t4serve refuses says why, anything else
     where vLLM's other flags go (--vllm-args). Never quotes a value (`--hf-token=...` shows as `--hf-token`)."""
     # Here, not at the top: the healthcheck, which runs every 30 s, never pays for it.
-    from t4serve.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
+    from t4serve.config.vllmflags import CONTROLLED_FLAGS, canonical_flag, names_flag, vllm_flag_refusal
 
     option = exc.option_name
     close = f" (did you mean {' or '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
@@ -172,8 +172,8 @@ def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> Config
 def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
     """`serve`'s T4SERVE_ON_CONFIG_ERROR (its flag first) says `wait`; a value that does not parse means `exit` (its
     own error is among those printed)."""
-    from t4serve.settings import VARIABLES_BY_NAME
-    from t4serve.variables import Context, Invalid
+    from t4serve.config.settings import VARIABLES_BY_NAME
+    from t4serve.config.variables import Context, Invalid
 
     var = VARIABLES_BY_NAME["T4SERVE_ON_CONFIG_ERROR"]
     raw = environ.get(var.name, "")

@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from t4serve.config.settings import Settings
+from t4serve.config.variables import MAX_SIZE_BYTES
 from t4serve.derived import format_bytes
 from t4serve.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.errors import EngineError
@@ -40,10 +42,8 @@ from t4serve.probes import recorded_now
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
 from t4serve.probes.manifest import probe_manifest
-from t4serve.settings import Settings
 from t4serve.units import GIB, KIB, MIB, TIB
 from t4serve.untrusted import Untrusted, parse_float, read_text_bounded
-from t4serve.variables import MAX_SIZE_BYTES
 
 # The image's need on Docker's data root when it is not local yet: its measured size (preflight.IMAGE_BYTES) plus 5%
 # for the layers' extraction overhead.

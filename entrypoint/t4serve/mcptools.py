@@ -43,6 +43,8 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from t4serve import __version__
+from t4serve.config.secrets import client_api_key
+from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.deploylock import Holder, hold, lock_file
 from t4serve.engine import (
     API_PORT,
@@ -59,9 +61,7 @@ from t4serve.facts import Facts
 from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.preflight import Finding, check_clamp, has_failures
 from t4serve.probes.gpu import Nvml
-from t4serve.secrets import client_api_key
 from t4serve.serde import from_dict
-from t4serve.settings import VARIABLES_BY_NAME, Settings
 from t4serve.untrusted import REDACTED, Untrusted, printable, read_text_bounded, shown
 
 P = ParamSpec("P")
@@ -74,7 +74,7 @@ MAX_PROMPT_CHARS = 32_000
 QUERY_TIMEOUT_S = 120.0
 VERIFY_TIMEOUT_S = 1200.0
 BENCH_TEXT_BYTES = 32 * 1024
-# A secret file holds one token; a larger file is not one (t4serve.secrets reads them with the same cap).
+# A secret file holds one token; a larger file is not one (t4serve.config.secrets reads them with the same cap).
 SECRET_FILE_MAX_BYTES = 64 * 1024
 # start_vllm_server follows the start at most this long when asked to wait, well inside the 60 s many clients allow.
 MAX_WAIT_S = 50.0

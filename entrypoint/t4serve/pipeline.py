@@ -12,13 +12,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts, GpuDevice, GpuFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 from t4serve.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
 from t4serve.preflight import Finding, run_checks
 from t4serve.serde import from_dict
-from t4serve.settings import Settings
 from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded
 
 # Each compile cache by role: the variable that moves it and its owner's default when unset. Measured one by one, so

@@ -16,11 +16,12 @@ from typing import Any
 
 from t4serve import apiguard, kvcache
 from t4serve.compilation import ladder_for
+from t4serve.config.kvflags import PLAN_BLOCK_SIZE, kv_flags
+from t4serve.config.settings import KV_PROFILE, Settings
 from t4serve.derived import Derived, format_bytes
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
-from t4serve.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.patch.clamp import (
     MIN_CLAMPED_HEAD,
     SHARED_MEMORY_ENV,
@@ -29,7 +30,6 @@ from t4serve.patch.clamp import (
     tile_shared_memory,
 )
 from t4serve.serde import to_dict
-from t4serve.settings import KV_PROFILE, Settings
 from t4serve.sizing import Sizing, SizingInputs, size
 
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.

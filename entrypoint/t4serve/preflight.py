@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from t4serve import hostmem
-from t4serve.aliases import QAT_REPO
+from t4serve.config.aliases import QAT_REPO
+from t4serve.config.settings import Settings
 from t4serve.derived import format_bytes
 from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts, ModelFacts
 from t4serve.plan import BF16_MIN_CAPABILITY, Plan, float16_refusal, model_type
 from t4serve.probes.host import MEMINFO_KEYS
-from t4serve.settings import Settings
 from t4serve.units import GIB, MIB
 from t4serve.untrusted import Untrusted, check_host, printable
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from t4serve.compilation import ladder_for
+from t4serve.config.settings import Settings
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.plan import Plan
-from t4serve.settings import Settings
 from t4serve.sizing import Sizing
 from t4serve.supervise.state import Prediction, RunSpec
 from t4serve.units import GIB

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from t4serve import hostmem, kvcache, kvflags
+from t4serve import hostmem, kvcache
 from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
+from t4serve.config import kvflags
+from t4serve.config.kvflags import KVFlags
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.hfconfig import SIZING_FIELDS
-from t4serve.kvflags import KVFlags
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 
@@ -50,7 +51,7 @@ class SizingInputs:
     max_num_batched_tokens: int | None = None
     # The device name as vLLM's platform reports it: vLLM's batch defaults keep an A100 on the small tier by name.
     gpu_name: str = ""
-    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.kvflags).
+    # What T4SERVE_VLLM_ARGS sets of vLLM's KV accounting (t4serve.config.kvflags).
     kv_flags: KVFlags = field(default_factory=KVFlags)
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
     allow_long_max_model_len: bool = False
@@ -71,7 +72,7 @@ class Sizing:
     swap_to_add_bytes: Derived
     decode_ceiling_tokens_per_s: Derived | None
     notes: list[str] = field(default_factory=list)
-    # The `--block-size` the KV figures are for (the plan passes it: t4serve.kvflags.PLAN_BLOCK_SIZE).
+    # The `--block-size` the KV figures are for (the plan passes it: t4serve.config.kvflags.PLAN_BLOCK_SIZE).
     block_size: int = kvflags.PLAN_BLOCK_SIZE
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from t4serve import sizing
-from t4serve.aliases import MODEL_ALIASES
 from t4serve.checkpoint import builtin_facts, probe_model
+from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.facts import ModelFacts
 from t4serve.units import GIB
 

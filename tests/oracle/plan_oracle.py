@@ -146,10 +146,10 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
     import dataclasses
 
     from t4serve.checkpoint import probe_model
+    from t4serve.config.settings import Settings
     from t4serve.errors import T4ServeError
     from t4serve.pipeline import with_known_gpu
     from t4serve.plan import plan
-    from t4serve.settings import Settings
 
     env = {"HF_HOME": tempfile.gettempdir(), "T4SERVE_MODEL": case["model"], **case.get("env", {})}
     try:
@@ -185,7 +185,7 @@ def t4serve_pools(settings: Any, facts: Any, the_plan: Any) -> tuple[list[int], 
     """The pools to ask vLLM about beside the plan's own (the smallest that fits, one byte less, a third of it) and
     t4serve's KV figures for each, from the plan's own inputs (t4serve.kvcache)."""
     from t4serve import kvcache
-    from t4serve.kvflags import kv_flags
+    from t4serve.config.kvflags import kv_flags
     from t4serve.plan import DTYPE_BYTES
     from t4serve.sizing import text_config
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from t4serve.aliases import BF16_REPO, QAT_REPO
 from t4serve.checkpoint import probe_model
+from t4serve.config.aliases import BF16_REPO, QAT_REPO
 from t4serve.facts import BuildManifest, ClampProof, DiskFacts, Facts, GpuDevice, GpuFacts, HostFacts, ModelFacts
 from t4serve.units import GIB, MIB
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from t4serve.commands import serve
-from t4serve.settings import VARIABLES
+from t4serve.config.settings import VARIABLES
 
 
 def serve_until_supervisord(

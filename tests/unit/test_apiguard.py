@@ -12,9 +12,9 @@ from sample_facts import t4
 
 from t4serve import apiguard
 from t4serve.apiguard import OPEN_PATHS, ApiKeyGuard
+from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
 from t4serve.plan import plan
-from t4serve.settings import Settings
 
 KEY = "sk-guard-0123456789"
 

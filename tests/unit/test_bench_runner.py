@@ -262,7 +262,7 @@ def test_run_bench_sends_the_api_key_to_a_keyed_server(tmp_path: Path, given_as:
 
 def test_a_started_server_gets_the_key_as_vllm_api_key(tmp_path: Path) -> None:
     from t4serve.bench.runner import PlannedServer, running_server
-    from t4serve.secrets import Secret
+    from t4serve.config.secrets import Secret
 
     port = free_port()
     argv = [sys.executable, str(STANDIN), "serve", "tiny", "--port", str(port), "--served-model-name", "served-qat"]

@@ -9,8 +9,8 @@ import pytest
 from sample_facts import QAT_REPO, no_gpu, t4
 
 from t4serve.cli import main
+from t4serve.config.settings import VARIABLES, markdown_table
 from t4serve.facts import Facts
-from t4serve.settings import VARIABLES, markdown_table
 
 
 @pytest.fixture(autouse=True)

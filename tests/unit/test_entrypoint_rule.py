@@ -15,7 +15,7 @@ import pytest
 import t4serve.commands
 from t4serve import cli
 from t4serve.cli import COMMANDS, INTERNAL_COMMANDS, main
-from t4serve.settings import markdown_table
+from t4serve.config.settings import markdown_table
 
 
 def run_t4serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from t4serve.cli import main
-from t4serve.settings import VARIABLES, markdown_table
+from t4serve.config.settings import VARIABLES, markdown_table
 
 
 @pytest.fixture(autouse=True)

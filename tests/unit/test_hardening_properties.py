@@ -55,9 +55,9 @@ from hypothesis import strategies as st
 from t4serve.atomic import LockError
 from t4serve.checkpoint import DTYPE_BITS, TEXT_INTS, probe_model
 from t4serve.commands import serve
+from t4serve.config.settings import VARIABLES
+from t4serve.config.variables import Variable
 from t4serve.mcptools import TOOL_ANNOTATIONS
-from t4serve.settings import VARIABLES
-from t4serve.variables import Variable
 
 SECRETS = (SENTINEL, SENTINEL_TOKEN)
 

@@ -14,9 +14,9 @@ from sample_facts import t4
 
 from t4serve import hfconfig, kvcache
 from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_model
+from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
 from t4serve.plan import plan
-from t4serve.settings import Settings
 
 # A dense decoder's config.json that leaves the KV heads and head size to its class (Llama's shape, small).
 SPARSE_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,

@@ -14,6 +14,7 @@ from sample_facts import MANIFEST
 from test_probes_gpu import FakeDevice, FakeNvml
 
 from t4serve import cli
+from t4serve.config.settings import Settings
 from t4serve.derived import format_bytes
 from t4serve.engine import EngineInfo
 from t4serve.hostcheck import (
@@ -28,7 +29,6 @@ from t4serve.hostcheck import (
 )
 from t4serve.preflight import IMAGE_BYTES
 from t4serve.serde import to_dict
-from t4serve.settings import Settings
 from t4serve.units import GIB
 
 REPO = Path(__file__).resolve().parents[2]

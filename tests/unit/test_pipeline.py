@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sample_facts import BF16_REPO, QAT_REPO, t4
 
+from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
 from t4serve.pipeline import (
@@ -22,7 +23,6 @@ from t4serve.pipeline import (
 )
 from t4serve.plan import plan
 from t4serve.preflight import run_checks
-from t4serve.settings import Settings
 
 
 def settings(**env: str) -> Settings:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from sample_facts import QAT_REPO, no_gpu, t4, with_gpu
 
+from t4serve.config.settings import Settings
 from t4serve.derived import Derived
 from t4serve.facts import Facts
 from t4serve.pipeline import ensure_model, with_known_gpu
 from t4serve.plan import Plan, attention_backend, choose_dtype, clamp_decision, head_sizes, plan
-from t4serve.settings import Settings
 
 TOKEN = "hf_planTOKEN42"
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from sample_facts import GIB, MIB, no_gpu, t4, with_gpu, with_host, with_manifest
 
+from t4serve.config.settings import Settings
 from t4serve.derived import format_bytes
 from t4serve.errors import ConfigError
 from t4serve.facts import DiskFacts, Facts, GpuFacts
@@ -21,7 +22,6 @@ from t4serve.preflight import (
     run_checks,
     to_json,
 )
-from t4serve.settings import Settings
 
 BASE_ENV = {"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": "hf_testtoken"}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sample_facts import no_gpu
 
+from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
 from t4serve.preflight import check_disks, check_host_memory, has_failures
 from t4serve.probes.host import (
@@ -31,7 +32,6 @@ from t4serve.probes.host import (
     read_meminfo,
     read_mountinfo,
 )
-from t4serve.settings import Settings
 from t4serve.units import GIB
 
 DATA = Path(__file__).parent / "data" / "probes"

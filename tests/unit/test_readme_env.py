@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from t4serve.settings import markdown_table
+from t4serve.config.settings import markdown_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 START = "<!-- env-table:start -->\n"

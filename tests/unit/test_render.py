@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sample_facts import t4
 
+from t4serve.config.settings import Settings
 from t4serve.derived import Derived
 from t4serve.pipeline import ensure_model
 from t4serve.plan import plan as make_plan
@@ -21,7 +22,6 @@ from t4serve.render import (
     render_supervisord_conf,
     run_spec,
 )
-from t4serve.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden" / "supervisord.conf"
 

@@ -14,7 +14,7 @@ from serve_here import serve_until_supervisord
 
 from t4serve.cli import main
 from t4serve.commands import serve
-from t4serve.settings import VARIABLES, Settings
+from t4serve.config.settings import VARIABLES, Settings
 
 API_KEY = "sk-serve-SECRET-api-key"
 TOKEN = "hf_serveSECRETtoken"

@@ -14,11 +14,11 @@ from sample_facts import t4, with_host
 from serve_here import serve_until_supervisord
 
 from t4serve.cli import main
+from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.pipeline import ensure_model, listen_ports, prepare
 from t4serve.plan import plan
 from t4serve.preflight import Finding, check_telemetry
-from t4serve.settings import Settings
 
 BASE_ENV = {"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": "hf_testtoken"}
 

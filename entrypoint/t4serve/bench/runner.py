@@ -40,9 +40,9 @@ from t4serve.bench.results import (
 )
 from t4serve.bench.serverside import MetricsSampler
 from t4serve.bench.telemetry import Sampler
+from t4serve.config.secrets import Secret, client_api_key, secret_environment
 from t4serve.errors import BenchError, ConfigError, T4ServeError
 from t4serve.httpclient import HttpFailure, fetch, local_url
-from t4serve.secrets import Secret, client_api_key, secret_environment
 from t4serve.units import fmt_duration
 from t4serve.untrusted import Untrusted, read_tail_bounded
 
@@ -281,9 +281,9 @@ class PlannedServer:
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
     """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs):
     `t4serve.plan.with_flags_of` makes that argv; bench runs it as given."""
+    from t4serve.config.settings import Settings
     from t4serve.pipeline import gather_facts, prepare
     from t4serve.plan import Plan, with_flags_of
-    from t4serve.settings import Settings
 
     servers: dict[str, PlannedServer] = {}
     notes: list[str] = []
@@ -337,7 +337,7 @@ def stop_server(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
 
 
 def default_tokenizer(model: str) -> str:
-    from t4serve.aliases import MODEL_ALIASES
+    from t4serve.config.aliases import MODEL_ALIASES
 
     return MODEL_ALIASES.get(model, model)
 
@@ -350,10 +350,10 @@ def roofline_ceilings(
     The checkpoint's headers come from the local cache or, for the aliases, the built-in facts (t4serve.checkpoint);
     a model whose headers cannot be read gets no ceiling and a note saying why, never a made-up figure.
     """
+    from t4serve.config.settings import Settings
     from t4serve.gpus import known_gpu
     from t4serve.pipeline import probe_settings_model
     from t4serve.roofline import decode_ceiling
-    from t4serve.settings import Settings
 
     gpu = known_gpu(gpu_key)
     if gpu is None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import click
 
 from t4serve.bench.grid import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
+from t4serve.config.options import FloatText, IntText
 from t4serve.errors import BenchError, ConfigError
-from t4serve.options import FloatText, IntText
 from t4serve.untrusted import Untrusted, check_path, check_text, parse_float, printable
 
 # results.MAX_MODEL_NAME_CHARS, restated so `t4serve bench --help` imports nothing of the sweep.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
-from t4serve.options import settings_options
-from t4serve.settings import Settings, markdown_table
+from t4serve.config.options import settings_options
+from t4serve.config.settings import Settings, markdown_table
 
 
 @click.command("env")

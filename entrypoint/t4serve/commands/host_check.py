@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
+from t4serve.config.options import settings_options
+from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
-from t4serve.options import settings_options
-from t4serve.settings import Settings
 
 compose_file_option = click.option(
     "--compose-file",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from t4serve.options import IntText
+from t4serve.config.options import IntText
 from t4serve.supervise.listener import RestartPolicy, listen
 from t4serve.supervise.state import ExitRequest, write_exit_request
 from t4serve.untrusted import MAX_SETTING_INT

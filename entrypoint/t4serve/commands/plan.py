@@ -11,12 +11,12 @@ import os
 
 import click
 
+from t4serve.config.options import settings_options
+from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS
-from t4serve.options import settings_options
 from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
 from t4serve.plan import plan
-from t4serve.settings import Settings
 
 
 @click.command("plan")

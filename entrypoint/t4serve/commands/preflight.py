@@ -10,11 +10,11 @@ import os
 
 import click
 
+from t4serve.config.options import settings_options
+from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
-from t4serve.options import settings_options
 from t4serve.pipeline import ensure_model, gather_facts, load_facts, prepare
 from t4serve.preflight import format_table, has_failures, to_json
-from t4serve.settings import Settings
 
 
 @click.command("preflight")

@@ -9,11 +9,11 @@ import os
 
 import click
 
+from t4serve.config.options import settings_options
+from t4serve.config.settings import Settings
 from t4serve.derived import format_bytes
 from t4serve.facts import Facts
-from t4serve.options import settings_options
 from t4serve.pipeline import gather_facts
-from t4serve.settings import Settings
 
 
 def _size(n: int | None) -> str:

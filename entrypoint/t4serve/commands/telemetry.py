@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from t4serve.options import FloatText, IntText
-from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.config.options import FloatText, IntText
+from t4serve.config.settings import VARIABLES_BY_NAME
 from t4serve.telemetry import LOG_EVERY_S, run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from t4serve.settings import VARIABLES_BY_NAME
+from t4serve.config.settings import VARIABLES_BY_NAME
 from t4serve.supervise import history
 from t4serve.supervise.state import ServeState
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from t4serve import untrusted
+from t4serve.config.variables import Context, Invalid, Variable, combine_errors, file_path, setting_error
 from t4serve.errors import ConfigError
 from t4serve.untrusted import REDACTED
-from t4serve.variables import Context, Invalid, Variable, combine_errors, file_path, setting_error
 
 
 class Secret:

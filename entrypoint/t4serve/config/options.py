@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from t4serve.settings import VARIABLES, Settings
+from t4serve.config.settings import VARIABLES, Settings
+from t4serve.config.variables import Variable, file_path
 from t4serve.untrusted import Untrusted, parse_float, parse_int
-from t4serve.variables import Variable, file_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,4 +1,5 @@
-"""t4serve.variables: the one switch parser every on/off setting shares, and the rows of the split settings table."""
+"""t4serve.config.variables: the one switch parser every on/off setting shares, and the rows of the split settings
+table."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from t4serve import secrets
-from t4serve.settings import VARIABLES, Settings
-from t4serve.variables import FALSE_WORDS, TRUE_WORDS, Context, Invalid, boolean
+from t4serve.config import secrets
+from t4serve.config.settings import VARIABLES, Settings
+from t4serve.config.variables import FALSE_WORDS, TRUE_WORDS, Context, Invalid, boolean
 
 SWITCHES = {"HF_HUB_OFFLINE": "hf_hub_offline", "T4SERVE_CANARY": "canary"}
 
@@ -44,8 +45,8 @@ def test_the_secret_rows_sit_in_the_table_once_each() -> None:
 
 
 def test_a_switch_is_written_back_in_the_words_of_its_default() -> None:
-    from t4serve.settings import VARIABLES_BY_NAME, Settings
-    from t4serve.variables import switch_text
+    from t4serve.config.settings import VARIABLES_BY_NAME, Settings
+    from t4serve.config.variables import switch_text
 
     assert (switch_text(True, "on"), switch_text(False, "On")) == ("on", "off")
     assert (switch_text(True, "0"), switch_text(False, "0")) == ("1", "0")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from sample_facts import t4
 
+from t4serve.config.kvflags import KVFlags, kv_flags, refused_kv_flag
+from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
-from t4serve.kvflags import KVFlags, kv_flags, refused_kv_flag
 from t4serve.pipeline import ensure_model, with_known_gpu
 from t4serve.plan import Plan, plan
-from t4serve.settings import Settings
 
 
 def settings(**env: str) -> Settings:

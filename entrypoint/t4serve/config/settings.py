@@ -2,10 +2,10 @@
 
 `Settings.from_environ(environ)` parses and validates the whole table once into a frozen `Settings` (a bad value is a
 `ConfigError`, exit 2, naming the variable, the value found, what is accepted and an example). The same table makes
-the shared click options (t4serve.options) and the README's environment table (`markdown_table`).
+the shared click options (t4serve.config.options) and the README's environment table (`markdown_table`).
 
-Beside it: t4serve.variables (a row, its parsers and error), t4serve.secrets (the token and key rows, their *_FILE
-pairs, the child environment, the client key) and t4serve.vllmflags (the `vllm serve` flags t4serve owns or refuses).
+Beside it in t4serve.config: variables (a row, its parsers and error), secrets (the token and key rows, their *_FILE
+pairs, the child environment, the client key) and vllmflags (the `vllm serve` flags t4serve owns or refuses).
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from t4serve import compilation, secrets, untrusted
-from t4serve.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
-from t4serve.errors import ConfigError
-from t4serve.gpus import KNOWN_GPUS, known_gpu
-from t4serve.kvflags import refused_kv_flag
-from t4serve.secrets import Secret
-from t4serve.untrusted import REDACTED
-from t4serve.variables import (
+from t4serve import compilation, untrusted
+from t4serve.config import secrets
+from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
+from t4serve.config.kvflags import refused_kv_flag
+from t4serve.config.secrets import Secret
+from t4serve.config.variables import (
     Context,
     Invalid,
     Variable,
@@ -41,7 +39,7 @@ from t4serve.variables import (
     setting_error,
     switch_text,
 )
-from t4serve.vllmflags import (
+from t4serve.config.vllmflags import (
     CONTROLLED_FLAGS,
     canonical_flag,
     names_flag,
@@ -50,6 +48,9 @@ from t4serve.vllmflags import (
     secret_flag_inside,
     vllm_flag_conflict,
 )
+from t4serve.errors import ConfigError
+from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.untrusted import REDACTED
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
@@ -75,7 +76,7 @@ class ModelChoice:
         return None if self.kind == "local" else self.target
 
 
-# The parsers of the rows below that no other table shares (t4serve.variables holds the common ones).
+# The parsers of the rows below that no other table shares (t4serve.config.variables holds the common ones).
 
 
 def _utilization(raw: str, ctx: Context) -> float:
@@ -162,7 +163,7 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
             vllm_flag_conflict(arg)
             or refused_value(arg, following)
             or secret_flag_inside(arg)
-            # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.kvflags).
+            # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.config.kvflags).
             or refused_kv_flag(arg, following)
         )
         if problem is not None:

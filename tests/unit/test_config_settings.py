@@ -11,13 +11,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from t4serve.aliases import BF16_REPO, QAT_REPO
+from t4serve.config.aliases import BF16_REPO, QAT_REPO
+from t4serve.config.options import settings_options
+from t4serve.config.secrets import Secret, api_key_from_environ
+from t4serve.config.settings import VARIABLES, Settings, markdown_table
+from t4serve.config.variables import parse_size
+from t4serve.config.vllmflags import vllm_flag_conflict
 from t4serve.errors import ConfigError
-from t4serve.options import settings_options
-from t4serve.secrets import Secret, api_key_from_environ
-from t4serve.settings import VARIABLES, Settings, markdown_table
-from t4serve.variables import parse_size
-from t4serve.vllmflags import vllm_flag_conflict
 
 TOKEN = "hf_SECRETvalue123"
 

@@ -2,8 +2,8 @@
 for a bad value.
 
 A parser takes the raw string and a `Context` and returns the typed value or raises `Invalid` (the reason completes
-"NAME=VALUE: must be ...", with a value that would work). t4serve.settings builds its table from these, and
-t4serve.secrets its secret rows.
+"NAME=VALUE: must be ...", with a value that would work). t4serve.config.settings builds its table from these, and
+t4serve.config.secrets its secret rows.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from t4serve import untrusted
+from t4serve.config.vllmflags import is_secret_flag, redact_vllm_args
 from t4serve.errors import ConfigError
 from t4serve.untrusted import REDACTED
-from t4serve.vllmflags import is_secret_flag, redact_vllm_args
 
 # huggingface_hub's own truth table (constants.ENV_VARS_TRUE_VALUES), so t4serve and the hub never disagree, as
 # (true, false) pairs.

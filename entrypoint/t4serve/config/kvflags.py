@@ -10,7 +10,7 @@ method (a draft model adds KV layers, some switch async scheduling off), `--disa
 parallelism, KV connectors and offloading, and `--attention-config`.
 
 vLLM's parser accepts `--flag=value`, underscores for dashes and unambiguous abbreviations; so do these checks
-(t4serve.vllmflags.canonical_flag, names_flag). Pure: strings in, reasons and a KVFlags out.
+(t4serve.config.vllmflags.canonical_flag, names_flag). Pure: strings in, reasons and a KVFlags out.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from t4serve import untrusted
-from t4serve.vllmflags import canonical_flag, names_flag
+from t4serve.config.vllmflags import canonical_flag, names_flag
 
 # The block sizes t4serve models: every attention backend vLLM 0.33 picks on the GPUs t4serve plans for runs them
 # unsplit (Triton and FlashAttention take multiples of 16, FlashInfer exactly 16, 32 or 64), so sliding-window layers,

@@ -1,10 +1,11 @@
-"""t4serve.vllmflags: which T4SERVE_VLLM_ARGS flags are refused, and why, in every spelling vLLM's parser accepts."""
+"""t4serve.config.vllmflags: which T4SERVE_VLLM_ARGS flags are refused, and why, in every spelling vLLM's parser
+accepts."""
 
 from __future__ import annotations
 
 import pytest
 
-from t4serve.vllmflags import canonical_flag, is_secret_flag, names_flag, refused_value, vllm_flag_conflict
+from t4serve.config.vllmflags import canonical_flag, is_secret_flag, names_flag, refused_value, vllm_flag_conflict
 
 
 @pytest.mark.parametrize("arg", ["--max-model-len", "--max_model_len=4096", "--MAX-MODEL-LEN", "--max-model"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from t4serve import apiguard, kvcache
-from t4serve.compilation import ladder_for
+from t4serve.config.compilation import ladder_for
 from t4serve.config.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.config.settings import KV_PROFILE, Settings
 from t4serve.derived import Derived, format_bytes

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from t4serve.compilation import ladder_for
+from t4serve.config.compilation import ladder_for
 from t4serve.config.settings import Settings
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError

@@ -24,7 +24,7 @@ from realserve import Server, complete, peak_reserved, random_prompt, vllm_versi
 
 from t4serve.units import GIB
 
-# name -> (checkpoint kind, T4SERVE_COMPILE): each rung of t4serve's compile ladder (t4serve.compilation), fixed.
+# name -> (checkpoint kind, T4SERVE_COMPILE): each rung of t4serve's compile ladder (t4serve.config.compilation), fixed.
 CONFIGS: dict[str, tuple[str, str]] = {
     "bf16-full": ("bf16", "full"),
     "bf16-lean": ("bf16", "lean"),

@@ -121,21 +121,20 @@ def test_facts_and_manifest_files_are_read_bounded(tmp_path: Path, kind: str) ->
 
 @pytest.mark.parametrize("kind", HOSTILE_FILES)
 def test_cache_files_are_read_bounded(tmp_path: Path, kind: str) -> None:
-    from t4serve import compilation
-    from t4serve.supervise import history
+    from t4serve.supervise import compilerecord, history
 
     tried(AREA)
     cache = tmp_path / "cache"
     hostile_file(cache / history.HISTORY_FILE, kind)
-    hostile_file(cache / compilation.RECORD_FILE, kind)
+    hostile_file(cache / compilerecord.RECORD_FILE, kind)
     began = time.monotonic()
     records, problem = history.load(cache)
-    record_, record_problem = compilation.load_record(cache, "key")
+    record_, record_problem = compilerecord.load_record(cache, "key")
     took = time.monotonic() - began
     record(AREA, Outcome(0, "", f"{problem}\n{record_problem}"), {0}, seconds=took, deadline=5.0,
            label=f"history and compile record {kind}")
     assert records == [] and problem is not None and str(cache / history.HISTORY_FILE) in problem
-    assert record_ is None and record_problem is not None and str(cache / compilation.RECORD_FILE) in record_problem
+    assert record_ is None and record_problem is not None and str(cache / compilerecord.RECORD_FILE) in record_problem
 
 
 # The compile ladder's record and lock: a bad record is set aside and the ladder starts over; a lock that cannot be
@@ -163,7 +162,7 @@ def supervised() -> Iterator[Callable[..., Any]]:
 def _ladder_spec(tmp_path: Path, *, compile_oom: bool) -> Any:
     from test_run_vllm import free_port, make_spec, standin_argv
 
-    from t4serve import compilation
+    from t4serve.config import compilation
 
     port = free_port()
     spec = dataclasses.replace(make_spec(tmp_path, standin_argv(port), port=port, canary=False),
@@ -182,25 +181,25 @@ def _state_dir(tmp_path: Path) -> Path:
 def test_a_compile_record_of_the_wrong_shape_is_set_aside_and_the_ladder_starts_over(
     tmp_path: Path, supervised: Any
 ) -> None:
-    from t4serve import compilation
+    from t4serve.supervise import compilerecord
 
     spec = _ladder_spec(tmp_path, compile_oom=False)
     cache = Path(spec.cache_dir)
     cache.mkdir()
-    key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
+    key = compilerecord.record_key(spec.model, spec.gpu_name, spec.argv)
     # A number where the list of failed rungs belongs: run-vllm once died of a TypeError here, before any state.
-    (cache / compilation.RECORD_FILE).write_text(json.dumps({key: {"rung": "lean", "failed": 5}}))
+    (cache / compilerecord.RECORD_FILE).write_text(json.dumps({key: {"rung": "lean", "failed": 5}}))
     tried(AREA)
     wrapper = supervised(spec, _state_dir(tmp_path))
     ready = wrapper.wait_state(lambda s: s.phase in ("ready", "failed"))
     assert ready.phase == "ready", wrapper.output
     assert "set aside as compile-ladder.json.bad-" in wrapper.output and "compile: full (" in wrapper.output
-    [aside] = cache.glob(f"{compilation.RECORD_FILE}.bad-*")
+    [aside] = cache.glob(f"{compilerecord.RECORD_FILE}.bad-*")
     assert json.loads(aside.read_text())[key]["failed"] == 5
     end = time.monotonic() + 10
-    while compilation.load_record(cache, key)[0] is None and time.monotonic() < end:
+    while compilerecord.load_record(cache, key)[0] is None and time.monotonic() < end:
         time.sleep(0.05)
-    entry, problem = compilation.load_record(cache, key)
+    entry, problem = compilerecord.load_record(cache, key)
     assert problem is None and entry is not None and entry["rung"] == "full" and entry["failed"] == []
     began = time.monotonic()
     os.kill(wrapper.proc.pid, signal.SIGTERM)
@@ -213,10 +212,10 @@ def test_a_compile_record_of_the_wrong_shape_is_set_aside_and_the_ladder_starts_
 def test_a_lock_that_is_not_a_file_is_an_error_in_the_state_not_a_hang(
     tmp_path: Path, supervised: Any, lock: str
 ) -> None:
-    from t4serve import compilation
+    from t4serve.supervise import compilerecord
 
     spec = _ladder_spec(tmp_path, compile_oom=True)
-    hostile_file(Path(spec.cache_dir) / compilation.LOCK_FILE, lock)
+    hostile_file(Path(spec.cache_dir) / compilerecord.LOCK_FILE, lock)
     tried(AREA)
     began = time.monotonic()
     wrapper = supervised(spec, state := _state_dir(tmp_path))
@@ -226,20 +225,20 @@ def test_a_lock_that_is_not_a_file_is_an_error_in_the_state_not_a_hang(
     final = read_state(state)
     assert final.phase == "failed" and final.diagnosis is not None and "inside torch.compile" in final.diagnosis
     assert final.fix is not None and "could not record compile rung lean" in final.fix
-    assert f"{compilation.LOCK_FILE} must be a regular file" in final.fix and "T4SERVE_COMPILE=lean" in final.fix
+    assert f"{compilerecord.LOCK_FILE} must be a regular file" in final.fix and "T4SERVE_COMPILE=lean" in final.fix
 
 
 def test_sigterm_ends_a_wrapper_waiting_for_a_held_lock(tmp_path: Path, supervised: Any) -> None:
     """Another process holds the lock and never lets go: the wrapper, recording the next rung after vLLM died,
     waits at most atomic.LOCK_TIMEOUT_S for it, and a SIGTERM during that wait ends it at once."""
-    from t4serve import compilation
+    from t4serve.supervise import compilerecord
     from t4serve.supervise.run_vllm import descendants
 
     spec = _ladder_spec(tmp_path, compile_oom=True)
     cache = Path(spec.cache_dir)
     cache.mkdir()
     tried(AREA)
-    with open(cache / compilation.LOCK_FILE, "w") as held:
+    with open(cache / compilerecord.LOCK_FILE, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         wrapper = supervised(spec, state := _state_dir(tmp_path))
         end = time.monotonic() + 20

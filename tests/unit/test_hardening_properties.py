@@ -607,8 +607,8 @@ def _place(path: Path, content: str | bytes | None) -> None:
 def test_the_wrapper_with_any_record_lock_and_state(
     record_file: Any, history_file: Any, lock: str | None, history_lock: str | None, state: Any, exit_request: Any
 ) -> None:
-    from t4serve import compilation
-    from t4serve.supervise import history
+    from t4serve.config import compilation
+    from t4serve.supervise import compilerecord, history
     from t4serve.supervise.run_vllm import Wrapper
     from t4serve.supervise.state import EXIT_REQUEST_FILE, STATE_FILE, RunSpec
 
@@ -617,9 +617,9 @@ def test_the_wrapper_with_any_record_lock_and_state(
         tmp = Path(d)
         cache, state_dir = tmp / "cache", tmp / "state"
         state_dir.mkdir()
-        _place(cache / compilation.RECORD_FILE, record_file)
+        _place(cache / compilerecord.RECORD_FILE, record_file)
         _place(cache / history.HISTORY_FILE, history_file)
-        _place(cache / compilation.LOCK_FILE, lock)
+        _place(cache / compilerecord.LOCK_FILE, lock)
         _place(cache / history.LOCK_FILE, history_lock)
         _place(state_dir / STATE_FILE, state)
         _place(state_dir / EXIT_REQUEST_FILE, exit_request)

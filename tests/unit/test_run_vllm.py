@@ -578,7 +578,8 @@ def test_a_compile_out_of_memory_climbs_down_the_ladder_and_later_starts_remembe
     """The stand-in dies in torch.compile as vLLM 0.26 did at a T4's memory unless it gets --enforce-eager: each
     start records the next rung, the next start (supervisord's restart) uses it, and once one is ready every later
     start begins there."""
-    from t4serve import compilation
+    from t4serve.config import compilation
+    from t4serve.supervise import compilerecord
 
     port = free_port()
     spec = dataclasses.replace(
@@ -586,7 +587,7 @@ def test_a_compile_out_of_memory_climbs_down_the_ladder_and_later_starts_remembe
         compile_ladder=[[r.name, *r.flags] for r in compilation.LADDER],
     )
     spec.env["T4SERVE_STANDIN_COMPILE_OOM_WITHOUT"] = "--enforce-eager"
-    key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
+    key = compilerecord.record_key(spec.model, spec.gpu_name, spec.argv)
     tried = []
     for expected in ("full", "lean", "o1"):
         state = tmp_path / f"state-{expected}"
@@ -596,9 +597,9 @@ def test_a_compile_out_of_memory_climbs_down_the_ladder_and_later_starts_remembe
         assert done.code == 1
         assert f"compile: {expected} (" in done.out
         assert done.state.diagnosis is not None and "inside torch.compile" in done.state.diagnosis
-        lower = compilation.next_rung(compilation.LADDER, compilation.RUNGS_BY_NAME[expected])
+        lower = compilerecord.next_rung(compilation.LADDER, compilation.RUNGS_BY_NAME[expected])
         assert lower is not None and done.state.fix is not None and f"rung {lower.name}" in done.state.fix
-        record, problem = compilation.load_record(Path(spec.cache_dir), key)
+        record, problem = compilerecord.load_record(Path(spec.cache_dir), key)
         assert problem is None and record is not None
         assert record["rung"] == lower.name and record["failed"] == tried
     state = tmp_path / "state-eager"
@@ -616,7 +617,7 @@ def test_a_compile_out_of_memory_climbs_down_the_ladder_and_later_starts_remembe
 def test_no_compile_flags_are_added_where_the_user_set_compilation(
     tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from t4serve import compilation
+    from t4serve.config import compilation
 
     assert compilation.ladder_for("auto", ["-O0"]) == ()
     assert compilation.ladder_for("auto", ["--compilation-config", "{}"]) == ()
@@ -629,16 +630,17 @@ def test_no_compile_flags_are_added_where_the_user_set_compilation(
 
 def test_an_unreadable_compile_record_is_said_and_the_ladder_starts_at_the_top(tmp_path: Path) -> None:
     """The cache volume is shared: a FIFO or garbage where the record belongs must not block or crash a start."""
-    from t4serve import compilation
+    from t4serve.config import compilation
+    from t4serve.supervise import compilerecord
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    os.mkfifo(cache / compilation.RECORD_FILE)
-    record, problem = compilation.load_record(cache, "k")
+    os.mkfifo(cache / compilerecord.RECORD_FILE)
+    record, problem = compilerecord.load_record(cache, "k")
     assert record is None and problem is not None and "regular file" in problem
-    (cache / compilation.RECORD_FILE).unlink()
-    (cache / compilation.RECORD_FILE).write_text("[1, 2]")
-    record, problem = compilation.load_record(cache, "k")
+    (cache / compilerecord.RECORD_FILE).unlink()
+    (cache / compilerecord.RECORD_FILE).write_text("[1, 2]")
+    record, problem = compilerecord.load_record(cache, "k")
     assert record is None and problem is not None and "must be a JSON object" in problem
     assert compilation.user_controls_compilation(["--compilation_config.mode=0"])
     assert not compilation.user_controls_compilation(["--max-num-logprobs", "5", "--otlp-traces-endpoint=x"])

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from t4serve import compilation, untrusted
-from t4serve.config import secrets
+from t4serve import untrusted
+from t4serve.config import compilation, secrets
 from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.config.kvflags import refused_kv_flag
 from t4serve.config.secrets import Secret

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from t4serve import compilation
 from t4serve.atomic import LockError
+from t4serve.config import compilation
 from t4serve.httpclient import local_url
-from t4serve.supervise import history
+from t4serve.supervise import compilerecord, history
 from t4serve.supervise.canary import run_canary
 from t4serve.supervise.diagnose import diagnose
 from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
@@ -118,15 +118,15 @@ class Wrapper:
             compilation.Rung(name, tuple(flags), getattr(compilation.RUNGS_BY_NAME.get(name), "what", name))
             for name, *flags in spec.compile_ladder
         )
-        self.compile_key = compilation.record_key(spec.model, spec.gpu_name, spec.argv)
-        record, problem = compilation.load_record(Path(spec.cache_dir), self.compile_key)
+        self.compile_key = compilerecord.record_key(spec.model, spec.gpu_name, spec.argv)
+        record, problem = compilerecord.load_record(Path(spec.cache_dir), self.compile_key)
         if problem:
             # A record of the wrong shape or a file that is not one: moved aside so the ladder starts over and
             # this start's outcome can be recorded (it would otherwise be refused again at every start).
-            self.say(compilation.set_aside(Path(spec.cache_dir), problem) if self.ladder else
+            self.say(compilerecord.set_aside(Path(spec.cache_dir), problem) if self.ladder else
                      f"compile record unusable, not used ({problem})")
         self.compile_record = record
-        self.rung = compilation.choose_rung(self.ladder, record)
+        self.rung = compilerecord.choose_rung(self.ladder, record)
         self.argv = [*spec.argv, *(self.rung.flags if self.rung else ())]
 
     def say(self, text: str) -> None:
@@ -308,9 +308,9 @@ class Wrapper:
         """Record `rung` for the next start; why it could not be, or None. A stuck lock costs seconds, a stop
         signal nothing (it gives up at once), never the wrapper's exit."""
         try:
-            compilation.record_outcome(Path(self.spec.cache_dir), self.compile_key, rung=rung, failed=failed,
+            compilerecord.record_outcome(Path(self.spec.cache_dir), self.compile_key, rung=rung, failed=failed,
                                        model=self.spec.model, gpu_name=self.spec.gpu_name, stop=self.signalled)
-        except compilation.RecordError as exc:  # a read-only cache volume: the next start climbs the ladder again
+        except compilerecord.RecordError as exc:  # a read-only cache volume: the next start climbs the ladder again
             self.say(f"could not record compile rung {rung} in {self.spec.cache_dir}: {exc.reason}")
             return exc.reason
         return None
@@ -371,7 +371,7 @@ class Wrapper:
             return code
         diagnosis = diagnose(list(self.lines), returncode, phase_at_death)
         if diagnosis is not None and diagnosis.name == "compile_oom" and self.rung is not None:
-            lower = compilation.next_rung(self.ladder, self.rung)
+            lower = compilerecord.next_rung(self.ladder, self.rung)
             if lower is not None:
                 problem = self._record_rung(lower.name, failed=self.rung.name)
                 fix = (

@@ -113,8 +113,8 @@ class RunSpec:
     hf_hub_cache: str
     cache_dir: str
     predictions: dict[str, Prediction] = field(default_factory=dict)
-    # The compile rungs the wrapper may use, in order, each [name, *vLLM flags] (t4serve.compilation); empty where
-    # T4SERVE_VLLM_ARGS sets compilation itself.
+    # The compile rungs the wrapper may use, in order, each [name, *vLLM flags] (t4serve.config.compilation); empty
+    # where T4SERVE_VLLM_ARGS sets compilation itself.
     compile_ladder: list[list[str]] = field(default_factory=list)
 
 

@@ -1,5 +1,5 @@
-"""t4serve.compilation: the ladder per T4SERVE_COMPILE, the user's own compile flags, and the record of what worked,
-kept in the cache folder (read as untrusted input, written under a lock)."""
+"""t4serve.supervise.compilerecord: the rung to start and the next one down, and the record of what worked, kept in
+the cache folder (read as untrusted input, written under a lock)."""
 
 from __future__ import annotations
 
@@ -8,34 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from t4serve.compilation import (
-    LADDER,
+from t4serve.config.compilation import LADDER, RUNGS_BY_NAME
+from t4serve.supervise.compilerecord import (
     RECORD_FILE,
-    RUNGS_BY_NAME,
     choose_rung,
-    ladder_for,
     load_record,
     next_rung,
     record_key,
     record_outcome,
-    user_controls_compilation,
 )
-
-
-@pytest.mark.parametrize(
-    "args",
-    [["--enforce-eager"], ["--enforce_eager"], ["--compilation-config", "{}"], ["--compilation-config.level=1"],
-     ["-O1"], ["-O", "0"], ["-cc.mode=0"], ["--compilation_config={}"]],
-)
-def test_user_compile_flags_take_over(args: list[str]) -> None:
-    assert user_controls_compilation(args)
-    assert ladder_for("auto", args) == () and ladder_for("full", args) == ()
-
-
-def test_other_flags_leave_the_ladder() -> None:
-    assert not user_controls_compilation(["--max-model-len", "4096", "--seed", "1"])
-    assert [r.name for r in ladder_for("auto", [])] == ["full", "lean", "o1", "eager"]
-    assert ladder_for("o1", []) == (RUNGS_BY_NAME["o1"],)
 
 
 def test_choose_and_climb_down() -> None:

@@ -1,8 +1,8 @@
 """The steps every command shares: Settings -> Facts (probed or replayed) -> Plan + preflight findings.
 
 `gather_facts(settings, environ)` is the only step that reads the machine (through t4serve.probes and
-t4serve.checkpoint); `prepare(settings, facts)` is pure. `serve`, `plan`, `preflight` and `probe` all call these, so
-what `preflight` checks is exactly what `serve` would run. Both signatures are stable.
+t4serve.probes.checkpoint); `prepare(settings, facts)` is pure. `serve`, `plan`, `preflight` and `probe` all call these,
+so what `preflight` checks is exactly what `serve` would run. Both signatures are stable.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def listen_ports(settings: Settings) -> list[tuple[str, int]]:
 
 def probe_settings_model(settings: Settings) -> ModelFacts:
     """The checkpoint T4SERVE_MODEL names, read where the settings say (HF_HOME, HF_HUB_OFFLINE)."""
-    from t4serve.checkpoint import probe_model
+    from t4serve.probes.checkpoint import probe_model
 
     return probe_model(settings.model.target, hf_home=settings.hf_home, offline=settings.hf_hub_offline)
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from t4serve.checkpoint import (
+from t4serve.derived import Derived
+from t4serve.errors import ConfigError
+from t4serve.facts import ModelFacts
+from t4serve.gpus import KnownGpu
+from t4serve.kvcache import kv_cache_specs
+from t4serve.probes.checkpoint import (
     PART_EMBEDDING,
     PART_KV_SHARED_DROPPED,
     PART_OUTPUT_LAYER,
@@ -18,11 +23,6 @@ from t4serve.checkpoint import (
     PART_PER_LAYER_PROJECTION,
     PART_TEXT_DECODER,
 )
-from t4serve.derived import Derived
-from t4serve.errors import ConfigError
-from t4serve.facts import ModelFacts
-from t4serve.gpus import KnownGpu
-from t4serve.kvcache import kv_cache_specs
 from t4serve.units import GB
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from t4serve import hostmem, kvcache
-from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
 from t4serve.config import kvflags
 from t4serve.config.kvflags import KVFlags
 from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
-from t4serve.hfconfig import SIZING_FIELDS
+from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
+from t4serve.probes.hfconfig import SIZING_FIELDS
 from t4serve.roofline import roofline
 from t4serve.units import GIB
 

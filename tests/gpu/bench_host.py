@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(s.log()[-3000:])
                     return 1
                 previous = s
-            from t4serve.checkpoint import probe_local
             from t4serve.gpus import KNOWN_GPUS
+            from t4serve.probes.checkpoint import probe_local
             from t4serve.roofline import decode_ceiling
 
             ceiling = decode_ceiling(probe_local(str(ckpt), ckpt, "local"), KNOWN_GPUS["h200"]).value

@@ -1,7 +1,8 @@
 """`t4serve plan` in the image reads a checkpoint's config the way vLLM does: the published google/gemma-3-4b-it
 config.json names no attention heads, head size, layer types or vocabulary, and transformers' Gemma3TextConfig (through
-vLLM's `get_config`) fills them; outside the image the same checkpoint is refused with the reason (test_hfconfig.py).
-The checkpoint is tests/unit/family_checkpoints.py's (published config.json, true headers, sparse data)."""
+vLLM's `get_config`) fills them; outside the image the same checkpoint is refused with the reason
+(test_probes_hfconfig.py). The checkpoint is tests/unit/family_checkpoints.py's (published config.json, true headers,
+sparse data)."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from t4serve import sizing
-from t4serve.checkpoint import builtin_facts, probe_model
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.facts import ModelFacts
+from t4serve.probes.checkpoint import builtin_facts, probe_model
 from t4serve.units import GIB
 
 from .conftest import REPO

@@ -145,11 +145,11 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
     """t4serve's plan for the case (settings from its environment, the known GPU, the probed checkpoint)."""
     import dataclasses
 
-    from t4serve.checkpoint import probe_model
     from t4serve.config.settings import Settings
     from t4serve.errors import T4ServeError
     from t4serve.pipeline import with_known_gpu
     from t4serve.plan import plan
+    from t4serve.probes.checkpoint import probe_model
 
     env = {"HF_HOME": tempfile.gettempdir(), "T4SERVE_MODEL": case["model"], **case.get("env", {})}
     try:

@@ -52,8 +52,8 @@ _LAYER = re.compile(r"\.layers\.(\d+)\.")
 
 
 def part_of(name: str, tensor_name: str, kind: str) -> str:
-    """The part of the model a tensor belongs to, in t4serve.checkpoint's terms, from vLLM's module path; tensors the
-    top-level model keeps as plain attributes (Gemma 4's per-layer-embedding input buffer) are "other"."""
+    """The part of the model a tensor belongs to, in t4serve.probes.checkpoint's terms, from vLLM's module path; tensors
+    the top-level model keeps as plain attributes (Gemma 4's per-layer-embedding input buffer) are "other"."""
     full = f"{name}.{tensor_name}" if name else tensor_name
     if not name and kind == "attribute":
         return "other"

@@ -450,7 +450,7 @@ def builtin_data(kind: str, scratch: str | Path) -> dict[str, Any]:
     """The JSON shipped in t4serve/data/models/ for an alias: probe_model's facts on a written checkpoint, its
     config.json as written (E2B's names every field sizing reads; how a local probe read it is left out, as the
     provenance says where the facts come from)."""
-    from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_local
+    from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_local
     from t4serve.serde import to_dict
 
     facts = probe_local("x", write_checkpoint(Path(scratch) / kind, kind=kind), "local-dir")

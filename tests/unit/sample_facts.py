@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from t4serve.checkpoint import probe_model
 from t4serve.config.aliases import BF16_REPO, QAT_REPO
 from t4serve.facts import BuildManifest, ClampProof, DiskFacts, Facts, GpuDevice, GpuFacts, HostFacts, ModelFacts
+from t4serve.probes.checkpoint import probe_model
 from t4serve.units import GIB, MIB
 
 T4 = GpuDevice(

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from t4serve.checkpoint import builtin_facts
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.config.settings import VARIABLES_BY_NAME
+from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise.startbudget import cold_start_budget
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,10 +28,10 @@ from hardening import (
 )
 
 from t4serve.bench.runner import served_model_name
-from t4serve.checkpoint import probe_model
 from t4serve.commands import serve
 from t4serve.config.settings import Settings
 from t4serve.errors import BenchError, ConfigError
+from t4serve.probes.checkpoint import probe_model
 from t4serve.render import conf_value
 from t4serve.supervise.canary import run_canary
 

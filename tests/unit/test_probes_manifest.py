@@ -1,5 +1,5 @@
-"""t4serve.probes.manifest reads what the image's `t4serve build-manifest` writes (t4serve.buildinfo, the real writer),
-and turns a missing or malformed file into an absent manifest with the reason."""
+"""t4serve.probes.manifest reads what the image's `t4serve build-manifest` writes (t4serve.probes.buildinfo, the real
+writer), and turns a missing or malformed file into an absent manifest with the reason."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from t4serve.buildinfo import manifest_json
 from t4serve.facts import BuildManifest, ClampProof
+from t4serve.probes.buildinfo import manifest_json
 from t4serve.probes.manifest import probe_manifest
 
 WRITTEN = BuildManifest(

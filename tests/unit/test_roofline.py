@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 from e2b_checkpoint import write_checkpoint
 
-from t4serve.checkpoint import probe_model
 from t4serve.commands.roofline import command
 from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
+from t4serve.probes.checkpoint import probe_model
 from t4serve.roofline import roofline
 
 

@@ -347,8 +347,9 @@ def roofline_ceilings(
 ) -> tuple[dict[str, float | None], list[str]]:
     """Per-stream decode ceiling per model: --ceiling first, else `t4serve.roofline.decode_ceiling` on a known GPU.
 
-    The checkpoint's headers come from the local cache or, for the aliases, the built-in facts (t4serve.checkpoint);
-    a model whose headers cannot be read gets no ceiling and a note saying why, never a made-up figure.
+    The checkpoint's headers come from the local cache or, for the aliases, the built-in facts
+    (t4serve.probes.checkpoint); a model whose headers cannot be read gets no ceiling and a note saying why, never a
+    made-up figure.
     """
     from t4serve.config.settings import Settings
     from t4serve.gpus import known_gpu

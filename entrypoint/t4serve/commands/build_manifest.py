@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from t4serve import buildinfo
+from t4serve.probes import buildinfo
 
 
 @click.command("build-manifest")

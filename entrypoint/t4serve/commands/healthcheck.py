@@ -21,11 +21,11 @@ from typing import Any
 
 import click
 
-from t4serve.checkpoint import builtin_facts
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.config.secrets import client_api_key
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.httpclient import Answer, HttpFailure, fetch, local_url
+from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_config_error, read_state

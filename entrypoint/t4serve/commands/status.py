@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from t4serve.checkpoint import builtin_facts
 from t4serve.errors import ConfigError
+from t4serve.probes.checkpoint import builtin_facts
 from t4serve.serde import to_dict
 from t4serve.supervise.logwatch import compare, format_comparison
 from t4serve.supervise.readout import default_state_dir, state_dir_option, time_to_ready

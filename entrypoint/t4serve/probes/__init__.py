@@ -1,7 +1,7 @@
 """The probes: the only code that reads the machine. `collect_facts(...)` runs them all and returns one `Facts`.
 
 Each probe takes its inputs explicitly (environment mapping, /proc and /sys roots, paths, ports, the NVML module) and
-records; none decides. The model probe lives in t4serve.checkpoint: its `ModelFacts` is passed in.
+records; none decides. The model probe lives in t4serve.probes.checkpoint: its `ModelFacts` is passed in.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from t4serve import hfconfig
 from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
+from t4serve.probes import hfconfig
 from t4serve.untrusted import (
     Untrusted,
     check_int,
@@ -43,7 +43,7 @@ BUILTIN_MODELS: dict[str, str] = {
 
 # ModelFacts.config keys saying how the text config was read: CONFIG_READ_BY names vLLM's reader (the text config is
 # its class's attributes, defaults included), or is None with CONFIG_UNRESOLVED {"why", "fields"}: config.json as
-# written, and the sizing fields it leaves to a class default t4serve could not apply (t4serve.hfconfig).
+# written, and the sizing fields it leaves to a class default t4serve could not apply (t4serve.probes.hfconfig).
 CONFIG_READ_BY = "config_read_by"
 CONFIG_UNRESOLVED = "config_unresolved"
 

@@ -1,4 +1,4 @@
-"""t4serve.buildinfo: the manifest's claims, label checks and JSON round trip, without torch (it is injected)."""
+"""t4serve.probes.buildinfo: the manifest's claims, label checks and JSON round trip, without torch (it is injected)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from t4serve import buildinfo
 from t4serve.commands.build_manifest import command as build_manifest_command
 from t4serve.errors import ConfigError
 from t4serve.facts import BuildManifest, ClampProof
+from t4serve.probes import buildinfo
 from t4serve.probes.manifest import probe_manifest
 from t4serve.serde import from_dict, to_dict
 

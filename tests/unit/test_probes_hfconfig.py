@@ -12,11 +12,12 @@ from pathlib import Path
 from e2b_checkpoint import e2b_config, write_safetensors
 from sample_facts import t4
 
-from t4serve import hfconfig, kvcache
-from t4serve.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_model
+from t4serve import kvcache
 from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
 from t4serve.plan import plan
+from t4serve.probes import hfconfig
+from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_model
 
 # A dense decoder's config.json that leaves the KV heads and head size to its class (Llama's shape, small).
 SPARSE_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
@@ -38,11 +39,12 @@ def test_without_a_reader_the_resolution_says_why() -> None:
 
 
 def test_the_reader_module_answers_in_json_even_without_vllm(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "t4serve.hfconfig", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-m", "t4serve.probes.hfconfig", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0
     assert "error" in json.loads(done.stdout)
-    usage = subprocess.run([sys.executable, "-m", "t4serve.hfconfig"], capture_output=True, text=True, timeout=60)
+    usage = subprocess.run([sys.executable, "-m", "t4serve.probes.hfconfig"], capture_output=True, text=True,
+                           timeout=60)
     assert usage.returncode == 2 and "usage" in usage.stderr
 
 

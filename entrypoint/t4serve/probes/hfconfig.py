@@ -3,10 +3,10 @@
 vLLM does not plan from the raw JSON: `vllm.transformers_utils.config.get_config` builds transformers' config class,
 whose defaults fill every field the file leaves out (the published Gemma 3 configs name no heads, head size, layer
 types or vocabulary), and `get_hf_text_config` takes its text part. `resolve(directory)` runs exactly that in a child
-Python (`python -m t4serve.hfconfig DIR`: importing vLLM costs seconds and memory t4serve's own process should not
-keep), offline, bounded in time, and returns the text config's plain attributes. Where neither vLLM nor transformers
+Python (`python -m t4serve.probes.hfconfig DIR`: importing vLLM costs seconds and memory t4serve's own process should
+not keep), offline, bounded in time, and returns the text config's plain attributes. Where neither vLLM nor transformers
 is importable (the unit-test venv, a laptop running `t4serve plan --gpu t4`), or the reader fails, the result says
-why, and t4serve.checkpoint keeps config.json's own fields, naming those it leaves to defaults
+why, and t4serve.probes.checkpoint keeps config.json's own fields, naming those it leaves to defaults
 (`unresolved_fields`).
 """
 
@@ -69,7 +69,7 @@ def resolve(directory: Path, timeout: float = RESOLVE_TIMEOUT_S) -> Resolution:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "t4serve.hfconfig", str(directory)],
+            [sys.executable, "-m", "t4serve.probes.hfconfig", str(directory)],
             capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
@@ -155,11 +155,11 @@ def _layer_overrides(text: Any, attributes: dict[str, Any]) -> list[dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m t4serve.hfconfig DIR`: the text config of DIR as JSON on stdout; {"error": ...} when the reader
+    """`python -m t4serve.probes.hfconfig DIR`: the text config of DIR as JSON on stdout; {"error": ...} when the reader
     refuses config.json. Anything the readers print goes to stderr."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m t4serve.hfconfig CHECKPOINT_DIR", file=sys.stderr)
+        print("usage: python -m t4serve.probes.hfconfig CHECKPOINT_DIR", file=sys.stderr)
         return 2
     out = sys.stdout
     sys.stdout = sys.stderr

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from e2b_checkpoint import builtin_data, checkpoint_tensors, tensor_bytes, write_checkpoint, write_hf_cache
 
-from t4serve.checkpoint import (
+from t4serve.facts import ModelFacts
+from t4serve.probes.checkpoint import (
     PART_KV_SHARED_DROPPED,
     PART_PER_LAYER_EMBEDDING,
     classify,
     probe_model,
     read_safetensors_header,
 )
-from t4serve.facts import ModelFacts
 
 BF16_REPO = "google/gemma-4-E2B-it"
 QAT_REPO = "google/gemma-4-E2B-it-qat-w4a16-ct"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from t4serve.config.settings import Settings
 from t4serve.config.variables import MAX_SIZE_BYTES
-from t4serve.derived import format_bytes
 from t4serve.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
 from t4serve.pipeline import probe_settings_model
+from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (
     DATA_ROOT_FIX,
     DISK_NEED_BY_ROLE,

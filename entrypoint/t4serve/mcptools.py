@@ -662,7 +662,7 @@ class Tools:
 
         `t4serve patch verify` runs in a throwaway container of the image (up to 20 minutes; progress is reported;
         a cancellation removes the container). Changes nothing."""
-        from t4serve.plan import plan as make_plan
+        from t4serve.planning.plan import plan as make_plan
 
         progress = Progress(ctx)
         settings = validate_settings(None, {}, self.env.base_env())

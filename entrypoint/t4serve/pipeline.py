@@ -16,7 +16,7 @@ from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts, GpuDevice, GpuFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS, known_gpu
-from t4serve.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
+from t4serve.planning.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
 from t4serve.preflight import Finding, run_checks
 from t4serve.serde import from_dict
 from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded

@@ -13,12 +13,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from t4serve import hostmem
 from t4serve.config.aliases import QAT_REPO
 from t4serve.config.settings import Settings
-from t4serve.derived import format_bytes
 from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts, ModelFacts
-from t4serve.plan import BF16_MIN_CAPABILITY, Plan, float16_refusal, model_type
+from t4serve.planning import hostmem
+from t4serve.planning.derived import format_bytes
+from t4serve.planning.plan import BF16_MIN_CAPABILITY, Plan, float16_refusal, model_type
 from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.units import GIB, MIB
 from t4serve.untrusted import Untrusted, check_host, printable
@@ -409,8 +409,8 @@ def check_shm(host: HostFacts) -> Finding:
 
 
 def check_host_memory(facts: Facts, settings: Settings) -> Finding:
-    """RAM + swap (within the cgroup limit) against the loading peak, from t4serve.hostmem: the same estimate the
-    plan's sizing shows, computed here too so a machine without a visible GPU still learns what it must add."""
+    """RAM + swap (within the cgroup limit) against the loading peak, from t4serve.planning.hostmem: the same estimate
+    the plan's sizing shows, computed here too so a machine without a visible GPU still learns what it must add."""
     model = facts.model
     available, swap_free = facts.host.mem_available_bytes, facts.host.swap_free_bytes
     if available is None or swap_free is None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from t4serve.config.compilation import ladder_for
 from t4serve.config.settings import Settings
-from t4serve.derived import Derived
 from t4serve.errors import ConfigError
-from t4serve.plan import Plan
-from t4serve.sizing import Sizing
+from t4serve.planning.derived import Derived
+from t4serve.planning.plan import Plan
+from t4serve.planning.sizing import Sizing
 from t4serve.supervise.state import Prediction, RunSpec
 from t4serve.units import GIB
 from t4serve.untrusted import Untrusted, check_text, printable

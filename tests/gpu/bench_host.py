@@ -15,7 +15,7 @@ only what differs compiles again). While the sweep runs, every process of both s
 (cpu.json): on a card much faster than a T4 a server can be bound by its CPU rather than its GPU, and this shows it.
 
 OUT gets bench's report, plots and raw results, servers.json (each server's logged figures, phases, argv, vLLM
-version) and cpu.json. The per-stream ceiling printed is the H200's roofline (t4serve.roofline at its nominal
+version) and cpu.json. The per-stream ceiling printed is the H200's roofline (t4serve.planning.roofline at its nominal
 bandwidth), since the card computes at its own speed: memory, batch and kernel tiles are the T4's, throughput is not.
 A measuring tool for the GPU host, not a test.
 """
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 previous = s
             from t4serve.gpus import KNOWN_GPUS
+            from t4serve.planning.roofline import decode_ceiling
             from t4serve.probes.checkpoint import probe_local
-            from t4serve.roofline import decode_ceiling
 
             ceiling = decode_ceiling(probe_local(str(ckpt), ckpt, "local"), KNOWN_GPUS["h200"]).value
             urls = ",".join(f"{n}={s.base_url}" for n, s in servers.items())

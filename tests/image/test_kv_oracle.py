@@ -1,6 +1,6 @@
-"""t4serve.kvcache against vLLM's own KV cache code: tests/oracle/kv_oracle.py runs the image's vLLM 0.33 (real engine
-config, real Gemma 4 layers on the meta device, real planner) for E2B on a stand-in T4 without a GPU; every figure
-kvcache.py computes from config.json must equal vLLM's, field by field, for each pool and max_model_len here."""
+"""t4serve.planning.kvcache against vLLM's own KV cache code: tests/oracle/kv_oracle.py runs the image's vLLM 0.33 (real
+engine config, real Gemma 4 layers on the meta device, real planner) for E2B on a stand-in T4 without a GPU; every
+figure kvcache.py computes from config.json must equal vLLM's, field by field, for each pool and max_model_len here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from t4serve import kvcache as kv
+from t4serve.planning import kvcache as kv
 
 from .conftest import REPO, load_e2b_checkpoint
 

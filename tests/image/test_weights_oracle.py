@@ -1,4 +1,4 @@
-"""t4serve.sizing's weight and buffer figures against the GPU memory vLLM itself allocates for them:
+"""t4serve.planning.sizing's weight and buffer figures against the GPU memory vLLM itself allocates for them:
 tests/oracle/weights_oracle.py builds the image's vLLM 0.33 Gemma 4 model for E2B bf16 (served as fp16) and QAT
 (compressed-tensors W4A16, Marlin on a stand-in T4) on the meta device, runs vLLM's post-load processing, and sums
 every parameter, buffer and plain tensor attribute by part and dtype. t4serve's figures come from the same
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from t4serve import sizing
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.facts import ModelFacts
+from t4serve.planning import sizing
 from t4serve.probes.checkpoint import builtin_facts, probe_model
 from t4serve.units import GIB
 

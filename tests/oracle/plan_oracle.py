@@ -1,7 +1,7 @@
 """t4serve's plan against vLLM 0.33's own planner, for any checkpoint on any GPU of the known table, without a GPU.
 
 For each case (a checkpoint directory, a known GPU, t4serve settings) this runs, in the image:
-1. t4serve's own plan: `t4serve.plan.plan` on the checkpoint probed as `serve` probes it (vLLM's config reader
+1. t4serve's own plan: `t4serve.planning.plan.plan` on the checkpoint probed as `serve` probes it (vLLM's config reader
    included) and the GPU from the known table, giving the `vllm serve` argv, the KV figures and any refusal;
 2. vLLM on that argv: vLLM's own `vllm serve` parser reads the plan's argv, `EngineArgs.create_engine_config` builds
    the engine config for `vllm serve` (it refuses what vLLM refuses: max_num_seqs above the batched tokens, a length
@@ -9,7 +9,7 @@ For each case (a checkpoint directory, a known GPU, t4serve settings) this runs,
    device, `GPUModelRunner.get_kv_cache_spec` gives the per-layer specs, and the planner (`get_kv_cache_configs`,
    `update_kv_cache_capacity`) turns the plan's `--kv-cache-memory-bytes` and other pools into blocks, tokens and
    concurrency, or refuses naming the largest length that fits;
-3. t4serve's own KV figures for the other pools (`t4serve.kvcache`, from the plan's inputs).
+3. t4serve's own KV figures for the other pools (`t4serve.planning.kvcache`, from the plan's inputs).
 It states no expected figure: tests/image/test_kv_oracle_families.py compares the three.
 
 What the oracle supplies itself is kv_oracle.py's: the stand-in CUDA platform (now describing each case's GPU: name,
@@ -148,7 +148,7 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
     from t4serve.config.settings import Settings
     from t4serve.errors import T4ServeError
     from t4serve.pipeline import with_known_gpu
-    from t4serve.plan import plan
+    from t4serve.planning.plan import plan
     from t4serve.probes.checkpoint import probe_model
 
     env = {"HF_HOME": tempfile.gettempdir(), "T4SERVE_MODEL": case["model"], **case.get("env", {})}
@@ -183,11 +183,11 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
 
 def t4serve_pools(settings: Any, facts: Any, the_plan: Any) -> tuple[list[int], dict[int, dict[str, Any]]]:
     """The pools to ask vLLM about beside the plan's own (the smallest that fits, one byte less, a third of it) and
-    t4serve's KV figures for each, from the plan's own inputs (t4serve.kvcache)."""
-    from t4serve import kvcache
+    t4serve's KV figures for each, from the plan's own inputs (t4serve.planning.kvcache)."""
     from t4serve.config.kvflags import kv_flags
-    from t4serve.plan import DTYPE_BYTES
-    from t4serve.sizing import text_config
+    from t4serve.planning import kvcache
+    from t4serve.planning.plan import DTYPE_BYTES
+    from t4serve.planning.sizing import text_config
 
     sizing = the_plan.sizing
     flags = kv_flags(settings.vllm_args)
@@ -219,7 +219,7 @@ def batch_defaults(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.usage.usage_lib import UsageContext
 
-    from t4serve import kvcache
+    from t4serve.planning import kvcache
 
     out = []
     for gpu in gpus:

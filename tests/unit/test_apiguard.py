@@ -14,7 +14,7 @@ from t4serve import apiguard
 from t4serve.apiguard import OPEN_PATHS, ApiKeyGuard
 from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
-from t4serve.plan import plan
+from t4serve.planning.plan import plan
 
 KEY = "sk-guard-0123456789"
 

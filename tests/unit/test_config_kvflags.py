@@ -11,7 +11,7 @@ from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
 from t4serve.pipeline import ensure_model, with_known_gpu
-from t4serve.plan import Plan, plan
+from t4serve.planning.plan import Plan, plan
 
 
 def settings(**env: str) -> Settings:

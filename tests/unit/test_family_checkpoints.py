@@ -13,7 +13,7 @@ from sample_facts import t4
 from t4serve.config.settings import Settings
 from t4serve.facts import ModelFacts
 from t4serve.pipeline import ensure_model, with_known_gpu
-from t4serve.plan import plan
+from t4serve.planning.plan import plan
 from t4serve.probes.checkpoint import probe_model
 
 # Parameter counts of the published checkpoints (their model cards), which the headers written here must reproduce.

@@ -15,7 +15,6 @@ from test_probes_gpu import FakeDevice, FakeNvml
 
 from t4serve import cli
 from t4serve.config.settings import Settings
-from t4serve.derived import format_bytes
 from t4serve.engine import EngineInfo
 from t4serve.hostcheck import (
     IMAGE_SIZE_ESTIMATE,
@@ -27,6 +26,7 @@ from t4serve.hostcheck import (
     host_facts,
     image_manifest,
 )
+from t4serve.planning.derived import format_bytes
 from t4serve.preflight import IMAGE_BYTES
 from t4serve.serde import to_dict
 from t4serve.units import GIB

@@ -21,7 +21,7 @@ from t4serve.pipeline import (
     with_known_gpu,
     write_paths,
 )
-from t4serve.plan import plan
+from t4serve.planning.plan import plan
 from t4serve.preflight import run_checks
 
 

@@ -9,10 +9,10 @@ import pytest
 from sample_facts import GIB, MIB, no_gpu, t4, with_gpu, with_host, with_manifest
 
 from t4serve.config.settings import Settings
-from t4serve.derived import format_bytes
 from t4serve.errors import ConfigError
 from t4serve.facts import DiskFacts, Facts, GpuFacts
 from t4serve.pipeline import ensure_model, prepare, with_known_gpu
+from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (
     IMAGE_BYTES,
     Finding,

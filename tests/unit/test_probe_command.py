@@ -7,8 +7,8 @@ from dataclasses import replace
 from sample_facts import no_gpu, t4
 
 from t4serve.commands.probe import describe_facts
-from t4serve.derived import format_bytes
 from t4serve.facts import Facts
+from t4serve.planning.derived import format_bytes
 
 
 def test_summary_names_gpu_host_disks_and_image() -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 from e2b_checkpoint import e2b_config, write_safetensors
 from sample_facts import t4
 
-from t4serve import kvcache
 from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
-from t4serve.plan import plan
+from t4serve.planning import kvcache
+from t4serve.planning.plan import plan
 from t4serve.probes import hfconfig
 from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_model
 

@@ -285,7 +285,7 @@ def test_a_disk_statvfs_refuses_is_recorded_and_preflight_fails_on_it(
     monkeypatch.undo()
     facts = no_gpu()
     facts = replace(facts, host=replace(facts.host, disks=[disk, *facts.host.disks]))
-    from t4serve.plan import plan
+    from t4serve.planning.plan import plan
 
     settings = Settings.from_environ({})
     findings = check_disks(facts, plan(settings, facts))

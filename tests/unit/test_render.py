@@ -10,9 +10,9 @@ from pathlib import Path
 from sample_facts import t4
 
 from t4serve.config.settings import Settings
-from t4serve.derived import Derived
 from t4serve.pipeline import ensure_model
-from t4serve.plan import plan as make_plan
+from t4serve.planning.derived import Derived
+from t4serve.planning.plan import plan as make_plan
 from t4serve.render import (
     STOP_MARGIN_S,
     SupervisorInputs,

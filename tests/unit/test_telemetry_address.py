@@ -17,7 +17,7 @@ from t4serve.cli import main
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.pipeline import ensure_model, listen_ports, prepare
-from t4serve.plan import plan
+from t4serve.planning.plan import plan
 from t4serve.preflight import Finding, check_telemetry
 
 BASE_ENV = {"HF_HOME": "/nonexistent-hf-home", "HF_TOKEN": "hf_testtoken"}

@@ -260,7 +260,7 @@ class RunsFile:
     output_len: int
     started: str
     runs: list[Run]
-    # Per model: the decode ceiling in tok/s per stream from t4serve.roofline, or None when not known.
+    # Per model: the decode ceiling in tok/s per stream from t4serve.planning.roofline, or None when not known.
     ceilings: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Runs the sweep set out to make (models x cells); fewer in `runs` means it stopped early, and `interrupted`

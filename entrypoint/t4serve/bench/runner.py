@@ -280,10 +280,10 @@ class PlannedServer:
 
 def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
     """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs):
-    `t4serve.plan.with_flags_of` makes that argv; bench runs it as given."""
+    `t4serve.planning.plan.with_flags_of` makes that argv; bench runs it as given."""
     from t4serve.config.settings import Settings
     from t4serve.pipeline import gather_facts, prepare
-    from t4serve.plan import Plan, with_flags_of
+    from t4serve.planning.plan import Plan, with_flags_of
 
     servers: dict[str, PlannedServer] = {}
     notes: list[str] = []
@@ -345,7 +345,7 @@ def default_tokenizer(model: str) -> str:
 def roofline_ceilings(
     models: list[str], given: dict[str, float], gpu_key: str = "t4"
 ) -> tuple[dict[str, float | None], list[str]]:
-    """Per-stream decode ceiling per model: --ceiling first, else `t4serve.roofline.decode_ceiling` on a known GPU.
+    """Per-stream decode ceiling per model: --ceiling first, else `roofline.decode_ceiling` on a known GPU.
 
     The checkpoint's headers come from the local cache or, for the aliases, the built-in facts
     (t4serve.probes.checkpoint); a model whose headers cannot be read gets no ceiling and a note saying why, never a
@@ -354,7 +354,7 @@ def roofline_ceilings(
     from t4serve.config.settings import Settings
     from t4serve.gpus import known_gpu
     from t4serve.pipeline import probe_settings_model
-    from t4serve.roofline import decode_ceiling
+    from t4serve.planning.roofline import decode_ceiling
 
     gpu = known_gpu(gpu_key)
     if gpu is None:

@@ -16,7 +16,7 @@ from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS
 from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
-from t4serve.plan import plan
+from t4serve.planning.plan import plan
 
 
 @click.command("plan")

@@ -11,9 +11,9 @@ import click
 
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
-from t4serve.derived import format_bytes
 from t4serve.facts import Facts
 from t4serve.pipeline import gather_facts
+from t4serve.planning.derived import format_bytes
 
 
 def _size(n: int | None) -> str:

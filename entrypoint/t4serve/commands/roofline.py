@@ -14,11 +14,11 @@ import click
 
 from t4serve.config.options import IntText
 from t4serve.config.settings import Settings
-from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS, known_gpu
 from t4serve.pipeline import probe_settings_model
-from t4serve.roofline import roofline
+from t4serve.planning.derived import Derived
+from t4serve.planning.roofline import roofline
 from t4serve.serde import to_dict
 from t4serve.untrusted import MAX_SETTING_INT
 

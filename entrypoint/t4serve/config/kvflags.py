@@ -1,8 +1,8 @@
 """The `vllm serve` flags in T4SERVE_VLLM_ARGS that move vLLM's KV cache accounting: each is modelled or refused.
 
-Modelled (t4serve.sizing and t4serve.plan compute with them, and tests/oracle/kv_oracle.py checks the figures against
-vLLM 0.33's own planner): `--async-scheduling` / `--no-async-scheduling` (tokens in flight per sliding window),
-`--block-size` 16, 32 or 64, `--disable-hybrid-kv-cache-manager` / `--enable-hybrid-kv-cache-manager`,
+Modelled (t4serve.planning.sizing and t4serve.planning.plan compute with them, and tests/oracle/kv_oracle.py checks the
+figures against vLLM 0.33's own planner): `--async-scheduling` / `--no-async-scheduling` (tokens in flight per sliding
+window), `--block-size` 16, 32 or 64, `--disable-hybrid-kv-cache-manager` / `--enable-hybrid-kv-cache-manager`,
 `--enable-chunked-prefill` / `--no-enable-chunked-prefill` (alias `--disable-chunked-prefill`), and speculative
 decoding with method `ngram_gpu` (no draft model: the KV layout is the target's alone).
 Refused, each with why and what owns it instead (`REFUSED_KV_FLAGS`, `refused_kv_flag`): every other speculative

@@ -48,7 +48,7 @@ CONFIG_READ_BY = "config_read_by"
 CONFIG_UNRESOLVED = "config_unresolved"
 
 # Parts the checkpoint's bytes are grouped into (TensorGroup.part). What a decode step reads is decided from these in
-# t4serve.roofline; what vLLM keeps in GPU memory in t4serve.sizing.
+# t4serve.planning.roofline; what vLLM keeps in GPU memory in t4serve.planning.sizing.
 PART_TEXT_DECODER = "text_decoder"
 PART_EMBEDDING = "embedding"  # token embedding, also the output layer when tied
 PART_OUTPUT_LAYER = "output_layer"  # an untied lm_head

@@ -28,7 +28,7 @@ RESOLVE_TIMEOUT_S = 120
 # Bounds on what the child may hand back (a text config is a few KB; Gemma 3's layer_types is the longest field).
 MAX_OUTPUT_BYTES = 4 * 1000 * 1000
 # The text-config fields t4serve's sizing reads, and what it assumes for each when config.json leaves it out and no
-# config class was there to default it (t4serve.kvcache, t4serve.sizing).
+# config class was there to default it (t4serve.planning.kvcache, t4serve.planning.sizing).
 SIZING_FIELDS: dict[str, str] = {
     "num_key_value_heads": "num_attention_heads",
     "head_dim": "hidden_size / num_attention_heads",
@@ -40,7 +40,8 @@ SIZING_FIELDS: dict[str, str] = {
 }
 
 
-# The text-config key the reader adds for per-layer values (t4serve.kvcache.layer_heads reads it), and the fields.
+# The text-config key the reader adds for per-layer values (t4serve.planning.kvcache.layer_heads reads it), and the
+# fields.
 LAYER_OVERRIDES = "layer_overrides"
 PER_LAYER_FIELDS = ("head_dim", "num_key_value_heads")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from e2b_checkpoint import e2b_config
 
-from t4serve import kvcache as kv
 from t4serve.errors import ConfigError
 from t4serve.gpus import KNOWN_GPUS
+from t4serve.planning import kvcache as kv
 
 TEXT = e2b_config()["text_config"]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from sample_facts import QAT_REPO, no_gpu, t4, with_gpu
 
 from t4serve.config.settings import Settings
-from t4serve.derived import Derived
 from t4serve.facts import Facts
 from t4serve.pipeline import ensure_model, with_known_gpu
-from t4serve.plan import Plan, attention_backend, choose_dtype, clamp_decision, head_sizes, plan
+from t4serve.planning.derived import Derived
+from t4serve.planning.plan import Plan, attention_backend, choose_dtype, clamp_decision, head_sizes, plan
 
 TOKEN = "hf_planTOKEN42"
 
@@ -222,7 +222,7 @@ def test_max_num_batched_tokens_is_owned_by_the_plan_and_moves_its_kv_figures() 
 
 
 def test_with_flags_of_keeps_the_checkpoint_and_name_and_takes_the_reference_flags() -> None:
-    from t4serve.plan import with_flags_of
+    from t4serve.planning.plan import with_flags_of
 
     reference = plan_for(t4(), T4SERVE_MODEL="qat")
     other = plan_for(t4(), T4SERVE_MODEL="bf16", T4SERVE_VLLM_ARGS="--seed 7")
@@ -237,7 +237,7 @@ def test_with_flags_of_keeps_the_checkpoint_and_name_and_takes_the_reference_fla
 
 
 def test_without_option_drops_both_spellings() -> None:
-    from t4serve.plan import without_option
+    from t4serve.planning.plan import without_option
 
     argv = ["--a", "1", "--served-model-name", "x", "--b", "--served-model-name=y", "--served-model-names", "z"]
     assert without_option(argv, "--served-model-name") == ("--a", "1", "--b", "--served-model-names", "z")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from t4serve.derived import Derived
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.planning.derived import Derived
 from t4serve.units import GB, GIB, MIB
 
 # published-t4-run.md: on a 7.8 GB host with no swap the engine was OOM-killed while loading; with swap, swap use peaked

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from t4serve import hostmem
 from t4serve.facts import HostFacts, ModelFacts, TensorGroup
+from t4serve.planning import hostmem
 from t4serve.probes.checkpoint import probe_model
 from t4serve.units import GIB, MIB
 

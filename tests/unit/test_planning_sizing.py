@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from e2b_checkpoint import write_checkpoint
 
-from t4serve import sizing
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.gpus import KNOWN_GPUS
+from t4serve.planning import sizing
 from t4serve.probes.checkpoint import probe_model
 from t4serve.units import GIB
 

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from t4serve import apiguard, kvcache
+from t4serve import apiguard
 from t4serve.config.compilation import ladder_for
 from t4serve.config.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.config.settings import KV_PROFILE, Settings
-from t4serve.derived import Derived, format_bytes
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
 from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
@@ -29,8 +28,10 @@ from t4serve.patch.clamp import (
     padded_head_size,
     tile_shared_memory,
 )
+from t4serve.planning import kvcache
+from t4serve.planning.derived import Derived, format_bytes
+from t4serve.planning.sizing import Sizing, SizingInputs, size
 from t4serve.serde import to_dict
-from t4serve.sizing import Sizing, SizingInputs, size
 
 # Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
 BF16_MIN_CAPABILITY = (8, 0)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
 from t4serve.gpus import KnownGpu
-from t4serve.kvcache import kv_cache_specs
+from t4serve.planning.derived import Derived
+from t4serve.planning.kvcache import kv_cache_specs
 from t4serve.probes.checkpoint import (
     PART_EMBEDDING,
     PART_KV_SHARED_DROPPED,

@@ -12,8 +12,8 @@ from e2b_checkpoint import write_checkpoint
 from t4serve.commands.roofline import command
 from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
+from t4serve.planning.roofline import roofline
 from t4serve.probes.checkpoint import probe_model
-from t4serve.roofline import roofline
 
 
 def facts(tmp: Path, kind: str) -> ModelFacts:
@@ -71,7 +71,7 @@ def test_command_json_on_a_local_checkpoint(tmp_path: Path) -> None:
 
 def test_decode_ceiling_is_the_roofline_at_the_known_gpus_bandwidth(tmp_path: Path) -> None:
     from t4serve.gpus import known_gpu
-    from t4serve.roofline import decode_ceiling, roofline
+    from t4serve.planning.roofline import decode_ceiling, roofline
 
     write_checkpoint(tmp_path, kind="bf16")
     facts = probe_model(str(tmp_path), hf_home=str(tmp_path / "hf"), offline=True)

@@ -1,10 +1,10 @@
-"""t4serve.derived: a figure with its arithmetic, and bytes in binary units."""
+"""t4serve.planning.derived: a figure with its arithmetic, and bytes in binary units."""
 
 from __future__ import annotations
 
 import pytest
 
-from t4serve.derived import Derived, format_bytes
+from t4serve.planning.derived import Derived, format_bytes
 from t4serve.units import GIB, KIB, MIB, TIB
 
 

@@ -1,7 +1,7 @@
 """Sizing: GPU + model facts + settings -> max_model_len, max_num_seqs, KV pool, tokens, concurrency, RAM, ceiling.
 
 `size(SizingInputs) -> Sizing` is the one entry `plan()` calls. Pure: every figure is a Derived carrying its
-arithmetic. The KV accounting is vLLM 0.33's own (t4serve.kvcache); the pool is predicted as total x utilization -
+arithmetic. The KV accounting is vLLM 0.33's own (planning.kvcache); the pool is predicted as total x utilization -
 weights in GPU memory - activation peak - non-torch/graph allowance, each term shown. A set value wins ("setting").
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from t4serve import hostmem, kvcache
 from t4serve.config import kvflags
 from t4serve.config.kvflags import KVFlags
-from t4serve.derived import Derived
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.planning import hostmem, kvcache
+from t4serve.planning.derived import Derived
+from t4serve.planning.roofline import roofline
 from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
 from t4serve.probes.hfconfig import SIZING_FIELDS
-from t4serve.roofline import roofline
 from t4serve.units import GIB
 
 # The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
@@ -29,7 +29,7 @@ DEFAULT_MAX_MODEL_LEN = 16384
 # pool 2.8321 GiB (30,934 blocks, the pool that gives its logged 315,974 tokens), weights + buffers 9.7292 GiB (weights
 # from the headers 9.5075, rotary caches 0.1875, per-layer-input buffer 0.0342: what vLLM allocates, per
 # tests/oracle/weights_oracle.py), activation peak 0.2676 GiB (below) -> 13.5 - 9.7292 - 0.2676 - 2.8321 = 0.6711 GiB.
-# tests/unit/test_sizing.py recomputes this from those inputs.
+# tests/unit/test_planning_sizing.py recomputes this from those inputs.
 NON_TORCH_AND_GRAPHS_BYTES = int(0.6711 * GIB)
 
 

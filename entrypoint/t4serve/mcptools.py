@@ -969,9 +969,8 @@ class Tools:
             )
 
     def _status(self) -> StatusOut:
-        from t4serve.commands.status import render_status
         from t4serve.supervise.logwatch import compare
-        from t4serve.supervise.readout import time_to_ready
+        from t4serve.supervise.readout import render_status, time_to_ready
         from t4serve.supervise.state import PHASE_LABELS, ServeState
 
         container = self.engine.service()

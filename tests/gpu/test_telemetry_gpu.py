@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from t4serve import telemetry
+from t4serve.supervise import telemetry
 
 pytestmark = pytest.mark.gpu
 

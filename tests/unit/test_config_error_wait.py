@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from t4serve.commands.healthcheck import check, check_liveness
+from t4serve.supervise.health import check, check_liveness
 from t4serve.supervise.state import CONFIG_ERROR_FILE
 
 BAD = "T4SERVE_MAX_MODEL_LEN=nope (from --max-model-len): must be"

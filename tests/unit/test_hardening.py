@@ -32,8 +32,8 @@ from t4serve.commands import serve
 from t4serve.config.settings import Settings
 from t4serve.errors import BenchError, ConfigError
 from t4serve.probes.checkpoint import probe_model
-from t4serve.render import conf_value
 from t4serve.supervise.canary import run_canary
+from t4serve.supervise.render import conf_value
 
 AREA = "issue 12 regressions"
 

@@ -146,7 +146,7 @@ def test_cache_files_are_read_bounded(tmp_path: Path, kind: str) -> None:
 def supervised() -> Iterator[Callable[..., Any]]:
     """Starts `python -m t4serve run-vllm --spec FILE` as supervisord does (test_run_vllm.Supervised); each one left
     running at the end is killed with its session."""
-    from test_run_vllm import Supervised
+    from test_supervise_run_vllm import Supervised
 
     started: list[Supervised] = []
 
@@ -160,7 +160,7 @@ def supervised() -> Iterator[Callable[..., Any]]:
 
 
 def _ladder_spec(tmp_path: Path, *, compile_oom: bool) -> Any:
-    from test_run_vllm import free_port, make_spec, standin_argv
+    from test_supervise_run_vllm import free_port, make_spec, standin_argv
 
     from t4serve.config import compilation
 

@@ -41,14 +41,15 @@ from k8s_manifests import (
 )
 from local_http import Canned, serve
 
-from t4serve import preflight, telemetry
-from t4serve.commands.healthcheck import DEADLINE_S
+from t4serve import preflight
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.gpus import THROTTLE_REASONS
 from t4serve.planning import hostmem
 from t4serve.probes.checkpoint import builtin_facts
-from t4serve.render import SupervisorInputs, render_supervisord_conf
+from t4serve.supervise import telemetry
+from t4serve.supervise.health import DEADLINE_S
+from t4serve.supervise.render import SupervisorInputs, render_supervisord_conf
 from t4serve.supervise.startbudget import MIN_DOWNLOAD_BYTES_PER_S, cold_start_budget
 from t4serve.supervise.state import RunSpec, new_state, write_state
 

@@ -1,5 +1,5 @@
 """t4serve.commands.run_vllm: the program supervisord runs refuses a missing or foreign run spec with exit 2 and the
-fix, before anything starts (the wrapper itself is test_run_vllm.py's)."""
+fix, before anything starts (the wrapper itself is test_supervise_run_vllm.py's)."""
 
 from __future__ import annotations
 

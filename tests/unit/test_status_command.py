@@ -12,7 +12,7 @@ import pytest
 from serve_states import state_at
 
 from t4serve.cli import main
-from t4serve.commands.status import render_status
+from t4serve.supervise.readout import render_status
 from t4serve.supervise.state import ExitRequest, Figure, Prediction, write_exit_request, write_state
 
 

@@ -1,15 +1,16 @@
 """t4serve.commands.telemetry: without NVML it says so once and exits 0 (supervisord then leaves it stopped); with
-NVML (the recorded T4 of test_telemetry.py) it serves /metrics and logs a line per interval until --duration."""
+NVML (the recorded T4 of test_supervise_telemetry.py) it serves /metrics and logs a line per interval until
+--duration."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from test_telemetry import RecordedNvml
+from test_supervise_telemetry import RecordedNvml
 
-from t4serve import telemetry
 from t4serve.cli import main
+from t4serve.supervise import telemetry
 
 
 def test_without_nvml_exit_0_and_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

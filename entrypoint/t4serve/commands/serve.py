@@ -23,8 +23,8 @@ from t4serve.config.options import settings_options
 from t4serve.config.secrets import secret_environment
 from t4serve.config.settings import Settings
 from t4serve.errors import InternalError, PreflightError
-from t4serve.render import SupervisorInputs, render_supervisord_conf, run_spec
 from t4serve.supervise import pid1
+from t4serve.supervise.render import SupervisorInputs, render_supervisord_conf, run_spec
 from t4serve.supervise.state import (
     CONFIG_ERROR_FILE,
     EXIT_REQUEST_FILE,

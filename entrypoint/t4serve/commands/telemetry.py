@@ -1,4 +1,5 @@
-"""`t4serve telemetry`: GPU telemetry as Prometheus text on its own port, one log line a minute (t4serve.telemetry)."""
+"""`t4serve telemetry`: GPU telemetry as Prometheus text on its own port, one log line a minute
+(t4serve.supervise.telemetry)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import click
 
 from t4serve.config.options import FloatText, IntText
 from t4serve.config.settings import VARIABLES_BY_NAME
-from t4serve.telemetry import LOG_EVERY_S, run
+from t4serve.supervise.telemetry import LOG_EVERY_S, run
 
 
 @click.command("telemetry")

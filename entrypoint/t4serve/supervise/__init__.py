@@ -1,5 +1,9 @@
-"""Supervision of the running server: the vLLM wrapper, its log-following phase tracker, the readiness canary,
-the shared state file, child-death diagnosis, the supervisord event listener, start history and the PID-1 reaper.
+"""Supervision: what `serve` renders from the plan and everything that runs beside the server once it starts.
 
-Nothing here imports torch or vLLM: these modules run beside the server and must start in a fraction of a second.
+`render` (Plan -> the run spec and supervisord.conf), `pid1` (supervisord under a reaping init), `run_vllm` (the vLLM
+wrapper: phases, canary, crash diagnosis, the compile ladder's `compilerecord`), `logwatch` (the phase tracker),
+`state` (the files shared through the state folder), `health` and `readout` (what healthcheck and status read out of
+it), `canary`, `diagnose`, `listener` (restarts), `history` and `startbudget` (how long starts take), `telemetry` (the
+GPU /metrics sidecar). Nothing here imports torch or vLLM: these modules run beside the server and must start in a
+fraction of a second.
 """

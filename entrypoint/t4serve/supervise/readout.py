@@ -1,5 +1,6 @@
 """What the commands that read a running server's state folder share (`t4serve healthcheck`, `t4serve status`, the
-MCP server_status tool): where the folder is, the one --state-dir option, and the time left to ready."""
+MCP server_status tool): where the folder is, the one --state-dir option, the time left to ready, and the state as
+`t4serve status` prints it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from pathlib import Path
 import click
 
 from t4serve.config.settings import VARIABLES_BY_NAME
+from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise import history
-from t4serve.supervise.state import ServeState
+from t4serve.supervise.logwatch import compare, format_comparison
+from t4serve.supervise.startbudget import cold_start_budget
+from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState
+from t4serve.units import fmt_duration
 
 
 def default_state_dir() -> Path:
@@ -32,3 +37,60 @@ def time_to_ready(state: ServeState, now: float) -> float | None:
         return None
     est = history.Estimate(state.estimate_seconds, dict(state.estimate_phases), 0)
     return history.remaining(est, state.phase, now - state.phase_began_at(), now - state.attempt_started_at)
+
+
+def cold_budget_note(model: str) -> str:
+    """"; a cold start ... takes at most ..." for a built-in model (its size is known without a download), else ""."""
+    facts = builtin_facts(model, "status")
+    if facts is None:
+        return ""
+    budget = cold_start_budget(facts.weight_bytes)
+    return f"; a cold start (download, load, compile) is budgeted at up to {fmt_duration(budget.total_seconds)}"
+
+
+def render_status(state: ServeState, now: float) -> str:
+    lines = [
+        f"phase:    {PHASE_LABELS[state.phase]} for {fmt_duration(now - state.phase_began_at())}",
+        f"model:    {state.model} (served as {state.served_model_name} on port {state.port})",
+        f"gpu:      {state.gpu_name or 'none recorded'}",
+        f"started:  {fmt_duration(now - state.started_at)} ago; vLLM attempt {state.attempt} began "
+        f"{fmt_duration(now - state.attempt_started_at)} ago",
+    ]
+    if state.phase in LOADING_PHASES:
+        left = time_to_ready(state, now)
+        median = fmt_duration(state.estimate_seconds or 0)
+        lines.append(
+            "estimate: no past starts of this model on this GPU yet" + cold_budget_note(state.model)
+            if left is None
+            else f"estimate: {fmt_duration(left)} to ready (past starts took {median}, median)"
+        )
+    lines.append("phases:")
+    marks = state.phases
+    for mark, nxt in zip(marks, [*marks[1:], None], strict=True):
+        end = nxt.began_at if nxt is not None else now
+        lines.append(f"  {PHASE_LABELS[mark.phase]:<52} {fmt_duration(end - mark.began_at):>7}")
+    comparisons = {c.name: c for c in compare(state.figures, state.predictions)}
+    if state.figures:
+        lines.append("figures (vLLM's log):")
+        for figure in state.figures.values():
+            c = comparisons.get(figure.name)
+            text = format_comparison(c) if c else f"{figure.name}: {figure.value:,.2f} {figure.unit}"
+            lines.append(f"  {text}")
+    missing = [p for name, p in state.predictions.items() if name not in state.figures]
+    if missing:
+        lines.append("predictions not yet logged by vLLM:")
+        lines += [f"  {p.name}: {p.value:,.2f} {p.unit} ({p.how})" for p in missing]
+    if state.canary is not None:
+        canary = state.canary
+        verdict = "passed" if canary.ok else f"FAILED: {canary.reason}"
+        lines.append(f"canary:   {canary.prompt!r} -> {canary.text!r}: {verdict} ({canary.seconds:.2f} s)")
+    if state.reason:
+        lines.append(f"reason:   {state.reason}")
+    if state.diagnosis:
+        lines.append(f"diagnosis: {state.diagnosis}")
+    if state.fix:
+        lines.append(f"fix:      {state.fix}")
+    if state.phase == "failed" and state.last_lines:
+        lines.append("vLLM's last lines:")
+        lines += [f"  | {ln}" for ln in state.last_lines]
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ from pathlib import Path
 from local_http import Canned, serve
 from serve_states import state_at
 
-from t4serve.commands.healthcheck import check
+from t4serve.supervise.health import check
 from t4serve.supervise.state import CanaryRecord, write_state
 
 MODELS = {"object": "list", "data": [{"id": "gemma", "object": "model"}]}

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from t4serve import telemetry
-from t4serve.telemetry import GpuSample, decode_throttle_reasons, log_line, read_samples, render_prometheus
+from t4serve.supervise import telemetry
+from t4serve.supervise.telemetry import GpuSample, decode_throttle_reasons, log_line, read_samples, render_prometheus
 
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8

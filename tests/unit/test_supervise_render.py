@@ -13,7 +13,7 @@ from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
 from t4serve.planning.derived import Derived
 from t4serve.planning.plan import plan as make_plan
-from t4serve.render import (
+from t4serve.supervise.render import (
     STOP_MARGIN_S,
     SupervisorInputs,
     conf_value,

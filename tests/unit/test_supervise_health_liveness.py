@@ -14,9 +14,9 @@ import pytest
 from local_http import Canned, serve
 from serve_states import state_at
 
-from t4serve.commands.healthcheck import check_liveness, loading_bound_s
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.probes.checkpoint import builtin_facts
+from t4serve.supervise.health import check_liveness, loading_bound_s
 from t4serve.supervise.startbudget import cold_start_budget
 from t4serve.supervise.state import LOADING_PHASES, Prediction, write_state
 from t4serve.units import fmt_duration

@@ -2,14 +2,14 @@
 
 Each tool calls what its command calls (hostcheck for `host-check`, pipeline + plan for `plan`, the preflight checks,
 `t4serve status --json` / `patch verify` / `bench` in the container) and returns the result as a pydantic model, so
-the SDK publishes an output schema and structured content. The Docker side is `t4serve.engine.Engine`, the one
+the SDK publishes an output schema and structured content. The Docker side is `t4serve.host.engine.Engine`, the one
 adapter to the engine; HTTP to the served model goes through `t4serve.httpclient`, the project's one client. A failure
 a user can meet becomes a tool error reading "what failed / found / required / fix" (never a traceback); a bug
 becomes a tool error saying so.
 
 Under a real client: every blocking call runs in a worker thread and reports progress (notifications/progress, when
 the client sent a progress token) while it lasts; a cancelled call (notifications/cancelled) stops the Docker clients
-it started, a throwaway container with them (t4serve.engine.cancelled_by). The tools that change the deployment
+it started, a throwaway container with them (t4serve.host.engine.cancelled_by). The tools that change the deployment
 (start, stop, the image build, a benchmark's start) hold its lock (t4serve.deploylock), so a second such call is told
 who is busy instead of racing. `start_vllm_server` returns only once the container runs and t4serve has written its
 state, or with the container's exit code and last log lines.
@@ -46,7 +46,9 @@ from t4serve import __version__
 from t4serve.config.secrets import client_api_key
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.deploylock import Holder, hold, lock_file
-from t4serve.engine import (
+from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
+from t4serve.facts import Facts
+from t4serve.host.engine import (
     API_PORT,
     MANIFEST_PATH,
     Cancelled,
@@ -56,8 +58,6 @@ from t4serve.engine import (
     cancelled_by,
     client_json,
 )
-from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
-from t4serve.facts import Facts
 from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.preflight import Finding, check_clamp, has_failures
 from t4serve.probes.gpu import Nvml
@@ -483,7 +483,7 @@ class Progress:
 async def blocking(progress: Progress | None, doing: str | Callable[[], str] | None, fn: Callable[[], R]) -> R:
     """Run `fn` in a worker thread: progress every HEARTBEAT_S while it runs (`doing` says what; a callable is asked
     each time), and when the call is cancelled (notifications/cancelled), every Docker client `fn` started is stopped
-    (t4serve.engine.cancelled_by) before the cancellation goes on. `fn`'s exception, if any, is raised as it is."""
+    (t4serve.host.engine.cancelled_by) before the cancellation goes on. `fn`'s exception, if any, is raised as it is."""
     cancel = threading.Event()
     finished = threading.Event()
     box: dict[str, Any] = {}
@@ -599,7 +599,7 @@ class Tools:
         NVIDIA driver, NVIDIA Container Toolkit configured for Docker, free space on Docker's data root for the image
         and cache volumes, RAM + swap (and compose's memory limit) against the checkpoint's load need, compose's
         /dev/shm. Same checks as `t4serve host-check`; changes nothing."""
-        from t4serve.hostcheck import check_host
+        from t4serve.host.hostcheck import check_host
 
         settings = validate_settings(model, {}, self.env.base_env())
         findings = await blocking(
@@ -612,7 +612,7 @@ class Tools:
         )
 
     def _facts(self, settings: Settings) -> Facts:
-        from t4serve.hostcheck import host_facts
+        from t4serve.host.hostcheck import host_facts
 
         info = self.engine.info()
         return host_facts(
@@ -625,7 +625,7 @@ class Tools:
 
         Reads the GPUs with NVML and the image's build manifest (in a throwaway container); the driver must carry
         the image's CUDA 13 build. Changes nothing."""
-        from t4serve.hostcheck import arch_findings
+        from t4serve.host.hostcheck import arch_findings
 
         settings = validate_settings(None, {}, self.env.base_env())
         facts = await blocking(Progress(ctx), "reading the GPUs and the manifest", lambda: self._facts(settings))

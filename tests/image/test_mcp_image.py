@@ -30,7 +30,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult
 
-from t4serve.engine import THROWAWAY_LABEL, DockerCli
+from t4serve.host.docker import THROWAWAY_LABEL, DockerCli
 from t4serve.mcptools import MAX_LOG_BYTES, ToolEnv, build_server
 
 from .conftest import REPO, load_e2b_checkpoint

@@ -1,5 +1,5 @@
-"""FakeEngine: a test double of t4serve.engine.Engine, standing for the Docker Engine reached through the docker and
-compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
+"""FakeEngine: a test double of t4serve.host.engine.Engine, standing for the Docker Engine reached through the docker
+and compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
 
 It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
 container, its log lines and the server's state file (what `t4serve status --json` prints in the container). `up`
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4serve.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
+from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
 from t4serve.serde import to_dict
 from t4serve.supervise.state import ServeState
 

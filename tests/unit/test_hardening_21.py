@@ -267,8 +267,9 @@ INFO_OK = {"ServerVersion": "27.3.1", "DockerRootDir": "/var/lib/docker", "Runti
 
 def hostile_docker(folder: Path, kind: str) -> Path:
     """A DOCKER that is not the Docker client: `folder`, a file without the x bit, a file that is no program, or the
-    stand-in client of tests/unit/test_engine.py answering `docker info` with text that is not what Docker gives."""
-    from test_engine import make_clients
+    stand-in client of tests/unit/test_host_docker.py answering `docker info` with text that is not what Docker
+    gives."""
+    from test_host_docker import make_clients
 
     if kind == "folder":
         folder.mkdir(parents=True)
@@ -314,7 +315,7 @@ def test_mcp_tools_with_a_docker_that_is_not_docker(tmp_path: Path, tool: str, k
     from test_mcp_tools import call
     from test_probes_gpu import FakeDevice, FakeNvml
 
-    from t4serve.engine import engine_from_environ
+    from t4serve.host.docker import engine_from_environ
     from t4serve.mcptools import ToolEnv
 
     docker = hostile_docker(tmp_path / "bin", kind)
@@ -341,10 +342,10 @@ def test_mcp_tools_with_a_docker_that_is_not_docker(tmp_path: Path, tool: str, k
 def test_a_failing_compose_of_a_configured_client_never_falls_back_to_docker_compose(tmp_path: Path) -> None:
     """DOCKER names a client of another engine whose `compose version` fails: stop_vllm_server once ran stop, rm and
     down through the system docker-compose against the default engine. Now it is a tool error naming the client."""
-    from test_engine import calls, make_clients
+    from test_host_docker import calls, make_clients
     from test_mcp_tools import call
 
-    from t4serve.engine import engine_from_environ
+    from t4serve.host.docker import engine_from_environ
     from t4serve.mcptools import ToolEnv
 
     docker, _compose = make_clients(tmp_path / "bin", {"compose version": [1, "", "compose: engine refused\n"],

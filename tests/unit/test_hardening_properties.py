@@ -554,7 +554,7 @@ COMPOSE_TEXTS = st.one_of(
 def test_host_check_with_any_client_and_compose_file(
     info: str, inspect: str, info_code: int, inspect_code: int, compose: str | None, compose_kind: str
 ) -> None:
-    from test_engine import make_clients
+    from test_host_docker import make_clients
 
     tried("host-check")
     with tempfile.TemporaryDirectory() as d:

@@ -25,8 +25,8 @@ from test_probes_gpu import FakeDevice, FakeNvml
 
 from t4serve.bench.results import RUNS_SCHEMA, Run, RunFigures, RunsFile, write_runs
 from t4serve.deploylock import lock_file
-from t4serve.engine import ServiceContainer
 from t4serve.errors import ConfigError
+from t4serve.host.engine import ServiceContainer
 from t4serve.mcptools import (
     BENCH_SCRIPT,
     MAX_LOG_BYTES,

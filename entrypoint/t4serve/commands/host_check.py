@@ -2,7 +2,7 @@
 
 The NVIDIA driver, the NVIDIA Container Toolkit configured for Docker, free space on Docker's data root for the
 image and the cache volumes, RAM + swap against the checkpoint's load need, and compose's /dev/shm: the same
-findings the MCP tool `check_host_capacity` returns (t4serve.hostcheck). Exit 3 on a failed check.
+findings the MCP tool `check_host_capacity` returns (t4serve.host.hostcheck). Exit 3 on a failed check.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ project_option = click.option(
 @settings_options
 def command(as_json: bool, compose_file: Path | None, project: str | None, settings: Settings) -> int:
     """Check the host: NVIDIA driver, Container Toolkit, Docker disk, RAM + swap, shared memory; exit 3 on a failure."""
-    from t4serve.engine import engine_from_environ
-    from t4serve.hostcheck import check_host
+    from t4serve.host.docker import engine_from_environ
+    from t4serve.host.hostcheck import check_host
     from t4serve.preflight import format_table, has_failures
 
     engine = engine_from_environ(os.environ, compose_file=compose_file, project=project)

@@ -4,7 +4,7 @@ Preflight runs inside the container and sees what the container sees; these run 
 the NVIDIA driver (NVML on the host), the NVIDIA Container Toolkit and its Docker runtime, free space on Docker's data
 root for the image and the cache volumes (named volumes live there), RAM + swap against the checkpoint's load need
 (within compose's memory limit when one is set), and the /dev/shm compose gives the service. `t4serve host-check`
-prints them; the MCP tool `check_host_capacity` returns them. The engine is reached only through t4serve.engine;
+prints them; the MCP tool `check_host_capacity` returns them. The engine is reached only through t4serve.host.engine;
 the image's build manifest is read from a throwaway container of the image.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from t4serve.config.settings import Settings
 from t4serve.config.variables import MAX_SIZE_BYTES
-from t4serve.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
+from t4serve.host.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.pipeline import probe_settings_model
 from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (

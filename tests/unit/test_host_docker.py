@@ -1,4 +1,4 @@
-"""t4serve.engine.DockerCli against a stand-in for the docker and compose clients: a script (written per test) that
+"""t4serve.host.docker.DockerCli against a stand-in for the docker and compose clients: a script (written per test) that
 records its argv, the compose variables of its environment and any `-f` override file's content, and answers from a
 table keyed by words of its argv (the longest key found in it); an answer with a fourth item plays a client that
 hangs: it starts a `sleep` of its own (as a client's helper would be) and sleeps that many seconds. It stands for
@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from t4serve.engine import Cancelled, DockerCli, Mount, cancelled_by, engine_from_environ, find_compose
 from t4serve.errors import EngineError
+from t4serve.host.docker import DockerCli, engine_from_environ, find_compose
+from t4serve.host.engine import Cancelled, Mount, cancelled_by
 
 CLIENT = r"""#!PYTHON
 import json, os, sys
@@ -193,7 +194,7 @@ def test_a_missing_client_inside_a_container_says_host_check_runs_on_the_host(
     """`docker run IMAGE host-check`: not "install Docker on this host", but where the command runs and how."""
     marker = tmp_path / ".dockerenv"
     marker.touch()
-    monkeypatch.setattr("t4serve.engine.CONTAINER_MARKERS", (str(tmp_path / "absent"), str(marker)))
+    monkeypatch.setattr("t4serve.host.docker.CONTAINER_MARKERS", (str(tmp_path / "absent"), str(marker)))
     cli = DockerCli(compose_file=tmp_path / "compose.yaml", project=None, image="t4serve:dev",
                     docker=str(tmp_path / "nothing"), environ={})  # fmt: skip
     with pytest.raises(EngineError) as info:
@@ -204,7 +205,7 @@ def test_a_missing_client_inside_a_container_says_host_check_runs_on_the_host(
     assert "are host-side commands: run them on the host, not in the image" in message
     assert "`pip install .`" in message
     assert "install Docker" not in message
-    monkeypatch.setattr("t4serve.engine.CONTAINER_MARKERS", (str(tmp_path / "absent"),))
+    monkeypatch.setattr("t4serve.host.docker.CONTAINER_MARKERS", (str(tmp_path / "absent"),))
     with pytest.raises(EngineError) as info:
         cli.info()
     assert "install Docker (docker.io or docker-ce) on this host" in info.value.message()

@@ -1,4 +1,5 @@
-"""The one module that talks to the Docker Engine, for the host-side commands (`t4serve host-check`, `t4serve mcp`).
+"""The one module that talks to the Docker Engine, for the host-side commands (`t4serve host-check`, `t4serve mcp`):
+`DockerCli`, the `Engine` of t4serve.host.engine.
 
 It drives the engine through its command-line clients, `docker` and compose (`docker compose`, else
 `docker-compose`), not the `docker` Python SDK. compose.yaml *is* the deployment: the GPU reservation, /dev/shm, the
@@ -11,17 +12,13 @@ client and configuration (contexts, DOCKER_HOST) the user's own commands use, an
 
 Every call is bounded by a timeout and checked; a failure is an `EngineError` with what was found and the fix (the
 client's error block, bounded, not only its last line). Every client runs in its own process group, so a timeout or a
-cancellation stops it with whatever it started; a caller that may withdraw its request (an MCP tool the client
-cancelled) runs its calls inside `cancelled_by(event)`, and setting the event stops them (a throwaway container is
-removed too) and raises `Cancelled`. No argument carries a secret: the HF token stays in compose's secret file (this
-module checks the file exists, never reads it), and the API key is not passed to the engine at all. `Engine` is the
-interface the tools use; tests fake it.
+cancellation (t4serve.host.engine.cancelled_by) stops it with whatever it started. This module checks that compose's
+HF token secret file exists, and never reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import os
 import shlex
@@ -32,22 +29,32 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from t4serve.atomic import write_atomic
 from t4serve.errors import EngineError
-from t4serve.untrusted import Untrusted, check_host, check_path, loads_json, parse_int, printable
+from t4serve.host.engine import (
+    BUILD_TIMEOUT_S,
+    MANIFEST_PATH,
+    Cancelled,
+    Completed,
+    EngineInfo,
+    ImageInfo,
+    Mount,
+    ServiceContainer,
+    cancel_event,
+    cancel_requested,
+    client_json,
+)
+from t4serve.untrusted import Untrusted, check_host, check_path, parse_int, printable
 
 SERVICE = "t4serve"
-API_PORT = 8000
-MANIFEST_PATH = "/etc/t4serve/build-manifest.json"
-# Bounds for one engine call: a quick query, compose up/down (stop grace 90 s in compose.yaml), an image build.
+# Bounds for one engine call: a quick query, compose up/down (stop grace 90 s in compose.yaml); an image build's is
+# engine.BUILD_TIMEOUT_S.
 QUICK_TIMEOUT_S = 60.0
 COMPOSE_TIMEOUT_S = 180.0
-BUILD_TIMEOUT_S = 3600.0
 # Variables compose.yaml interpolates (not settings of the container): passed to compose from this environment.
 COMPOSE_VARIABLES = (
     "T4SERVE_IMAGE",
@@ -77,29 +84,6 @@ ENGINE_FIX = (
 )
 
 
-class Cancelled(Exception):
-    """The caller withdrew its request: the clients started for it were stopped (and a throwaway container removed)."""
-
-
-_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("t4serve_engine_cancel", default=None)
-
-
-@contextlib.contextmanager
-def cancelled_by(event: threading.Event) -> Iterator[None]:
-    """Engine calls made inside this block (in this thread or context) stop, raising `Cancelled`, once `event` is
-    set: the client's process group gets SIGTERM, then SIGKILL after KILL_GRACE_S."""
-    token = _CANCEL.set(event)
-    try:
-        yield
-    finally:
-        _CANCEL.reset(token)
-
-
-def _cancel_requested() -> bool:
-    event = _CANCEL.get()
-    return event is not None and event.is_set()
-
-
 def _stop_group(process: subprocess.Popen[Any]) -> None:
     """SIGTERM to the client's process group (it and everything it started), SIGKILL after a grace."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -117,96 +101,6 @@ def error_block(done: Completed) -> str:
     text = done.stderr.strip() or done.stdout.strip() or "no output"
     block = "\n".join(text.splitlines()[-ERROR_LINES:])
     return block if len(block) <= ERROR_CHARS else "..." + block[-ERROR_CHARS:]
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A finished command: exit code and its text output."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    ref: str
-    id: str
-    size_bytes: int
-    created: str
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """What `docker info` says that the host checks need."""
-
-    server_version: str
-    data_root: str
-    runtimes: list[str]
-    default_runtime: str
-    cdi_spec_dirs: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ServiceContainer:
-    """The compose service's container as the engine reports it."""
-
-    id: str
-    name: str
-    state: str  # created, running, restarting, exited, ...
-    health: str | None  # starting, healthy, unhealthy; None without a healthcheck
-    exit_code: int
-    started_at: str
-    image: str
-    # How often Docker restarted it (restart: unless-stopped): above 0, it exited at least once.
-    restart_count: int = 0
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A host folder bound read-only into the service's container."""
-
-    source: str
-    target: str
-
-
-class Engine(Protocol):
-    """What the host-side tools need from the Docker Engine."""
-
-    @property
-    def image_ref(self) -> str: ...
-
-    @property
-    def project_directory(self) -> Path: ...
-
-    @property
-    def project(self) -> str | None: ...
-
-    def info(self) -> EngineInfo: ...
-
-    def image(self) -> ImageInfo | None: ...
-
-    def read_image_file(self, path: str) -> str | None: ...
-
-    def run_in_image(self, args: Sequence[str], timeout: float) -> Completed: ...
-
-    def build_image(self, on_line: Callable[[str], None], timeout: float = BUILD_TIMEOUT_S) -> Completed: ...
-
-    def up(
-        self, environment: Mapping[str, str], compose_env: Mapping[str, str], mounts: Sequence[Mount] = ()
-    ) -> ServiceContainer: ...
-
-    def service(self) -> ServiceContainer | None: ...
-
-    def down(self, timeout: int) -> ServiceContainer | None: ...
-
-    def logs(self, container: str, tail: int, since: str | None) -> str: ...
-
-    def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed: ...
-
-    def published_port(self, container: str, port: int) -> tuple[str, int] | None: ...
-
-    def copy_out(self, container: str, source: str, destination: Path) -> None: ...
 
 
 def inside_a_container() -> str | None:
@@ -301,7 +195,7 @@ def _run_client(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                cancelled = _cancel_requested()
+                cancelled = cancel_requested()
                 if cancelled or time.monotonic() >= deadline:
                     _stop_group(process)
                     if on_stop is not None:
@@ -321,20 +215,6 @@ def _tail_text(handle: Any) -> str:
     size = handle.seek(0, os.SEEK_END)
     handle.seek(max(0, size - MAX_OUTPUT_BYTES))
     return str(handle.read().decode("utf-8", errors="replace"))
-
-
-def client_json(text: str, what: str, argv: Sequence[str]) -> Any:
-    """What a client printed as JSON, read as untrusted (bounded depth, finite numbers): an EngineError naming the
-    command and the start of what it printed when it is not JSON."""
-    try:
-        return loads_json(text, "its output")
-    except Untrusted as exc:
-        raise EngineError(
-            f"{what}: the client did not answer with JSON",
-            found=f"`{printable(' '.join(argv[:4]))}` printed {printable(text.strip()[:200])!r}: {exc.reason}",
-            required="the Docker client's JSON output (`--format '{{json .}}'`)",
-            fix="check that DOCKER (or PATH's docker) is the Docker client, and run the command by hand",
-        ) from None
 
 
 def _shape_error(what: str, argv: Sequence[str], problem: str) -> EngineError:
@@ -503,7 +383,7 @@ class DockerCli:
             )
         env = {**self.environ, "T4SERVE_IMAGE": self._image, "DOCKER": self.docker}
         lines: list[str] = []
-        cancel = _CANCEL.get()
+        cancel = cancel_event()
         finished = threading.Event()
         stopped: list[str] = []
         try:

@@ -1,5 +1,5 @@
-"""Host checks (t4serve.hostcheck) and `t4serve host-check`: the Docker side is FakeEngine (tests/unit/fake_engine.py),
-the host's NVML FakeNvml; /proc, /sys and the disk are this machine's own."""
+"""Host checks (t4serve.host.hostcheck) and `t4serve host-check`: the Docker side is FakeEngine
+(tests/unit/fake_engine.py), the host's NVML FakeNvml; /proc, /sys and the disk are this machine's own."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from test_probes_gpu import FakeDevice, FakeNvml
 
 from t4serve import cli
 from t4serve.config.settings import Settings
-from t4serve.engine import EngineInfo
-from t4serve.hostcheck import (
+from t4serve.host.engine import EngineInfo
+from t4serve.host.hostcheck import (
     IMAGE_SIZE_ESTIMATE,
     check_compose_shm,
     check_docker_disk,
@@ -134,7 +134,7 @@ def test_host_check_command(engine: FakeEngine, tmp_path: Path, monkeypatch: pyt
                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """The command's own wiring, with the engine faked and NVML real: this machine has no GPU, so exit 3."""
     shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
-    monkeypatch.setattr("t4serve.engine.engine_from_environ", lambda environ, **kw: _with_file(engine, kw))
+    monkeypatch.setattr("t4serve.host.docker.engine_from_environ", lambda environ, **kw: _with_file(engine, kw))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code = cli.main(["host-check", "--json", "--compose-file", str(tmp_path / "compose.yaml")])
     out = json.loads(capsys.readouterr().out)

@@ -1,0 +1,159 @@
+"""The Docker Engine as the host-side tools see it (`t4serve host-check`, `t4serve mcp`): the `Engine` interface, the
+records it answers with, and how a caller withdraws its request.
+
+`Engine` is what the tools use; t4serve.host.docker implements it through the `docker` and compose command-line
+clients, and tests fake it. A caller that may withdraw its request (an MCP tool the client cancelled) runs its engine
+calls inside `cancelled_by(event)`: setting the event stops them (a throwaway container is removed too) and raises
+`Cancelled`. No argument carries a secret: the HF token stays in compose's secret file, and the API key is not passed
+to the engine at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from t4serve.errors import EngineError
+from t4serve.untrusted import Untrusted, loads_json, printable
+
+API_PORT = 8000
+MANIFEST_PATH = "/etc/t4serve/build-manifest.json"
+# The bound of an image build (scripts/build-image: minutes on a warm cache, up to an hour cold).
+BUILD_TIMEOUT_S = 3600.0
+
+
+class Cancelled(Exception):
+    """The caller withdrew its request: the clients started for it were stopped (and a throwaway container removed)."""
+
+
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("t4serve_engine_cancel", default=None)
+
+
+@contextlib.contextmanager
+def cancelled_by(event: threading.Event) -> Iterator[None]:
+    """Engine calls made inside this block (in this thread or context) stop, raising `Cancelled`, once `event` is
+    set: the client's process group gets SIGTERM, then SIGKILL after KILL_GRACE_S."""
+    token = _CANCEL.set(event)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
+def cancel_event() -> threading.Event | None:
+    """The event of the `cancelled_by` block this call runs in, or None outside one."""
+    return _CANCEL.get()
+
+
+def cancel_requested() -> bool:
+    event = _CANCEL.get()
+    return event is not None and event.is_set()
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command: exit code and its text output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str
+    id: str
+    size_bytes: int
+    created: str
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What `docker info` says that the host checks need."""
+
+    server_version: str
+    data_root: str
+    runtimes: list[str]
+    default_runtime: str
+    cdi_spec_dirs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ServiceContainer:
+    """The compose service's container as the engine reports it."""
+
+    id: str
+    name: str
+    state: str  # created, running, restarting, exited, ...
+    health: str | None  # starting, healthy, unhealthy; None without a healthcheck
+    exit_code: int
+    started_at: str
+    image: str
+    # How often Docker restarted it (restart: unless-stopped): above 0, it exited at least once.
+    restart_count: int = 0
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host folder bound read-only into the service's container."""
+
+    source: str
+    target: str
+
+
+class Engine(Protocol):
+    """What the host-side tools need from the Docker Engine."""
+
+    @property
+    def image_ref(self) -> str: ...
+
+    @property
+    def project_directory(self) -> Path: ...
+
+    @property
+    def project(self) -> str | None: ...
+
+    def info(self) -> EngineInfo: ...
+
+    def image(self) -> ImageInfo | None: ...
+
+    def read_image_file(self, path: str) -> str | None: ...
+
+    def run_in_image(self, args: Sequence[str], timeout: float) -> Completed: ...
+
+    def build_image(self, on_line: Callable[[str], None], timeout: float = BUILD_TIMEOUT_S) -> Completed: ...
+
+    def up(
+        self, environment: Mapping[str, str], compose_env: Mapping[str, str], mounts: Sequence[Mount] = ()
+    ) -> ServiceContainer: ...
+
+    def service(self) -> ServiceContainer | None: ...
+
+    def down(self, timeout: int) -> ServiceContainer | None: ...
+
+    def logs(self, container: str, tail: int, since: str | None) -> str: ...
+
+    def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed: ...
+
+    def published_port(self, container: str, port: int) -> tuple[str, int] | None: ...
+
+    def copy_out(self, container: str, source: str, destination: Path) -> None: ...
+
+
+def client_json(text: str, what: str, argv: Sequence[str]) -> Any:
+    """What a client printed as JSON, read as untrusted (bounded depth, finite numbers): an EngineError naming the
+    command and the start of what it printed when it is not JSON."""
+    try:
+        return loads_json(text, "its output")
+    except Untrusted as exc:
+        raise EngineError(
+            f"{what}: the client did not answer with JSON",
+            found=f"`{printable(' '.join(argv[:4]))}` printed {printable(text.strip()[:200])!r}: {exc.reason}",
+            required="the Docker client's JSON output (`--format '{{json .}}'`)",
+            fix="check that DOCKER (or PATH's docker) is the Docker client, and run the command by hand",
+        ) from None

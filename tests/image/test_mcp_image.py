@@ -31,7 +31,7 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from t4serve.host.docker import THROWAWAY_LABEL, DockerCli
-from t4serve.mcptools import MAX_LOG_BYTES, ToolEnv, build_server
+from t4serve.mcp.tools import MAX_LOG_BYTES, ToolEnv, build_server
 
 from .conftest import REPO, load_e2b_checkpoint
 from .test_compose import COMPOSE, without_gpu

@@ -24,10 +24,10 @@ from sample_facts import MANIFEST
 from test_probes_gpu import FakeDevice, FakeNvml
 
 from t4serve.bench.results import RUNS_SCHEMA, Run, RunFigures, RunsFile, write_runs
-from t4serve.deploylock import lock_file
 from t4serve.errors import ConfigError
 from t4serve.host.engine import ServiceContainer
-from t4serve.mcptools import (
+from t4serve.mcp.deploylock import lock_file
+from t4serve.mcp.tools import (
     BENCH_SCRIPT,
     MAX_LOG_BYTES,
     TOOL_ANNOTATIONS,
@@ -520,7 +520,7 @@ def test_a_second_start_while_the_first_runs_is_busy(engine: FakeEngine, environ
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from t4serve.deploylock import Holder, hold
+from t4serve.mcp.deploylock import Holder, hold
 with hold(Path(sys.argv[1]), Holder("stop_vllm_server", __import__("os").getpid(), "other-client 2.0", time.time())):
     print("held", flush=True)
     time.sleep(120)

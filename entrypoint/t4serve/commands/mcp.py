@@ -2,7 +2,7 @@
 deployment's tools for an AI assistant, over MCP.
 
 Runs on the host (pip install 't4serve[mcp]', or uvx) and manages the compose deployment through the Docker Engine
-(t4serve.host.engine); the tools are in t4serve.mcptools and docs/mcp.md lists them. The operator shapes what an
+(t4serve.host.engine); the tools are in t4serve.mcp.tools and docs/mcp.md lists them. The operator shapes what an
 assistant may do: only the read-only tools, none of the destructive ones, only some tool sets, or not some tools. stdio
 by default; `--http` serves streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told otherwise, and then requires
 a bearer token from T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and checks the Host and Origin
@@ -260,7 +260,7 @@ def command(
 ) -> int:
     """Serve the deployment's tools (host checks, plan, start/stop, status, logs, query, benchmark) over MCP."""
     try:
-        from t4serve.mcptools import ToolEnv, build_server, default_data_dir, parse_modes
+        from t4serve.mcp.tools import ToolEnv, build_server, default_data_dir, parse_modes
     except ImportError as exc:
         raise ConfigError(
             "t4serve mcp needs the MCP SDK",

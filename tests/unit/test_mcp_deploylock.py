@@ -1,4 +1,4 @@
-"""t4serve.deploylock: one holder at a time, the second told who holds it, and a holder that dies frees the lock."""
+"""t4serve.mcp.deploylock: one holder at a time, the second told who holds it, and a holder that dies frees the lock."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from t4serve.deploylock import DeploymentBusy, Holder, hold, lock_file, read_holder
 from t4serve.errors import EngineError
+from t4serve.mcp.deploylock import DeploymentBusy, Holder, hold, lock_file, read_holder
 
 HOLD_THEN_SLEEP = """
 import os, sys, time
 from pathlib import Path
-from t4serve.deploylock import Holder, hold
+from t4serve.mcp.deploylock import Holder, hold
 with hold(Path(sys.argv[1]), Holder("start_vllm_server", os.getpid(), "claude-code 2.1", 1_790_000_000.0)):
     print("held", flush=True)
     time.sleep(120)

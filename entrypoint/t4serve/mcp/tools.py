@@ -10,8 +10,8 @@ becomes a tool error saying so.
 Under a real client: every blocking call runs in a worker thread and reports progress (notifications/progress, when
 the client sent a progress token) while it lasts; a cancelled call (notifications/cancelled) stops the Docker clients
 it started, a throwaway container with them (t4serve.host.engine.cancelled_by). The tools that change the deployment
-(start, stop, the image build, a benchmark's start) hold its lock (t4serve.deploylock), so a second such call is told
-who is busy instead of racing. `start_vllm_server` returns only once the container runs and t4serve has written its
+(start, stop, the image build, a benchmark's start) hold its lock (t4serve.mcp.deploylock), so a second such call is
+told who is busy instead of racing. `start_vllm_server` returns only once the container runs and t4serve has written its
 state, or with the container's exit code and last log lines.
 
 Secrets never leave: the HF token is not passed anywhere, the API key is sent to the server only in a request header,
@@ -45,7 +45,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from t4serve import __version__
 from t4serve.config.secrets import client_api_key
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
-from t4serve.deploylock import Holder, hold, lock_file
 from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
 from t4serve.facts import Facts
 from t4serve.host.engine import (
@@ -59,6 +58,7 @@ from t4serve.host.engine import (
     client_json,
 )
 from t4serve.httpclient import HttpFailure, fetch, local_url
+from t4serve.mcp.deploylock import Holder, hold, lock_file
 from t4serve.preflight import Finding, check_clamp, has_failures
 from t4serve.probes.gpu import Nvml
 from t4serve.serde import from_dict

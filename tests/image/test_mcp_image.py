@@ -31,7 +31,9 @@ from mcp import Client
 from mcp.types import CallToolResult
 
 from t4serve.host.docker import THROWAWAY_LABEL, DockerCli
-from t4serve.mcp.tools import MAX_LOG_BYTES, ToolEnv, build_server
+from t4serve.mcp.calls import ToolEnv
+from t4serve.mcp.server import build_server
+from t4serve.mcp.servertools import MAX_LOG_BYTES
 
 from .conftest import REPO, load_e2b_checkpoint
 from .test_compose import COMPOSE, without_gpu

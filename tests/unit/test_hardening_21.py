@@ -316,7 +316,7 @@ def test_mcp_tools_with_a_docker_that_is_not_docker(tmp_path: Path, tool: str, k
     from test_probes_gpu import FakeDevice, FakeNvml
 
     from t4serve.host.docker import engine_from_environ
-    from t4serve.mcp.tools import ToolEnv
+    from t4serve.mcp.calls import ToolEnv
 
     docker = hostile_docker(tmp_path / "bin", kind)
     environ = {"DOCKER": str(docker), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
@@ -346,7 +346,7 @@ def test_a_failing_compose_of_a_configured_client_never_falls_back_to_docker_com
     from test_mcp_tools import call
 
     from t4serve.host.docker import engine_from_environ
-    from t4serve.mcp.tools import ToolEnv
+    from t4serve.mcp.calls import ToolEnv
 
     docker, _compose = make_clients(tmp_path / "bin", {"compose version": [1, "", "compose: engine refused\n"],
                                                       "compose": [0, "", ""]})  # fmt: skip

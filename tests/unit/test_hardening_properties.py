@@ -56,7 +56,7 @@ from t4serve.atomic import LockError
 from t4serve.commands import serve
 from t4serve.config.settings import VARIABLES
 from t4serve.config.variables import Variable
-from t4serve.mcp.tools import TOOL_ANNOTATIONS
+from t4serve.mcp.server import TOOL_ANNOTATIONS
 from t4serve.probes.checkpoint import DTYPE_BITS, TEXT_INTS, probe_model
 
 SECRETS = (SENTINEL, SENTINEL_TOKEN)

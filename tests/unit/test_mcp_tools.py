@@ -4,6 +4,7 @@ is tests/unit/local_http.py. The checks, plan, settings parser and state reader 
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -26,17 +27,22 @@ from test_probes_gpu import FakeDevice, FakeNvml
 from t4serve.bench.results import RUNS_SCHEMA, Run, RunFigures, RunsFile, write_runs
 from t4serve.errors import ConfigError
 from t4serve.host.engine import ServiceContainer
+from t4serve.mcp import registry
+from t4serve.mcp.benchtools import BENCH_SCRIPT
+from t4serve.mcp.calls import ToolEnv, ToolGroup
+from t4serve.mcp.checktools import CheckTools
 from t4serve.mcp.deploylock import lock_file
-from t4serve.mcp.tools import (
-    BENCH_SCRIPT,
-    MAX_LOG_BYTES,
+from t4serve.mcp.server import (
     TOOL_ANNOTATIONS,
+    TOOL_GROUPS,
     TOOLS,
+    TOOLSETS,
     Modes,
-    ToolEnv,
     build_server,
     parse_modes,
+    tools_in_order,
 )
+from t4serve.mcp.servertools import MAX_LOG_BYTES
 from t4serve.serde import to_dict
 from t4serve.supervise.state import STATE_SCHEMA, CanaryRecord, Figure, PhaseMark, Prediction, ServeState
 
@@ -142,7 +148,7 @@ def test_every_tool_is_listed_with_annotations_and_an_output_schema(
             return list((await client.list_tools()).tools)
 
     tools = anyio.run(listing, False)
-    assert {t.name for t in tools} == set(TOOL_ANNOTATIONS) and len(tools) == 12
+    assert [t.name for t in tools] == list(TOOLS) and set(TOOLS) == set(TOOL_ANNOTATIONS)
     for tool in tools:
         assert tool.output_schema is not None and tool.output_schema.get("properties"), tool.name
         assert tool.description and len(tool.description) > 40, tool.name
@@ -163,6 +169,37 @@ def test_every_tool_is_listed_with_annotations_and_an_output_schema(
     assert by_name["start_vllm_server"].annotations.destructive_hint is False  # type: ignore[union-attr]
     read_only = anyio.run(listing, True)
     assert {t.name for t in read_only} == READ_ONLY_TOOLS
+
+
+def test_every_public_coroutine_of_a_tool_group_is_a_registered_tool_and_nothing_else_is() -> None:
+    """A tool is published through @tool alone: no method of a group escapes the list, none is listed twice, and the
+    list runs in the order a deployment goes through (host and image, plan, server, status, query, bench)."""
+    public = [name for cls in TOOL_GROUPS for name, fn in vars(cls).items()
+              if not name.startswith("_") and inspect.iscoroutinefunction(fn)]  # fmt: skip
+    assert public == list(TOOLS) and len(set(public)) == len(public)
+    assert [TOOLS[name].owner for name in TOOLS] == sorted((TOOLS[n].owner for n in TOOLS),
+                                                           key=[c.__qualname__ for c in TOOL_GROUPS].index)
+    assert TOOLSETS == ("host", "image", "plan", "server", "status", "query", "bench")
+
+
+def test_a_tool_outside_the_published_groups_or_named_twice_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+
+    class Stray(ToolGroup):
+        @registry.tool("Stray", "host", registry.READ_ONLY)
+        async def stray_tool(self) -> None:
+            """Not in TOOL_GROUPS: never published, so refused."""
+
+    with pytest.raises(TypeError, match=r"Stray\.stray_tool"):
+        tools_in_order(TOOL_GROUPS)
+    assert list(tools_in_order((*TOOL_GROUPS, Stray)))[-1] == "stray_tool"
+    with pytest.raises(TypeError, match="two tools are named plan"):
+        registry.tool("Again", "plan", registry.READ_ONLY)(CheckTools.plan)
+    with pytest.raises(TypeError, match="public method"):
+
+        async def _hidden(self: ToolGroup) -> None: ...
+
+        registry.tool("Hidden", "host", registry.READ_ONLY)(_hidden)
 
 
 def test_gpu_parameters_say_which_gpu_they_mean(engine: FakeEngine, environ: dict[str, str]) -> None:

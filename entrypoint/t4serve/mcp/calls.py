@@ -1,0 +1,342 @@
+"""How a tool call of `t4serve mcp` runs: errors as tool errors, secrets redacted, blocking work in a worker thread with
+progress and cancellation, the deployment's lock, and the settings a tool is given checked by t4serve's own parser.
+
+`ToolGroup` is what a set of tools (t4serve.mcp.checktools, servertools, benchtools) derives from: one `ToolEnv` (the
+engine, this process's environment, a host folder for results and locks). `guarded` wraps every tool: a failure a
+user can meet becomes a tool error reading "what failed / found / required / fix" (never a traceback), a bug a tool
+error saying so, and every result and error (structured fields included) has any secret this process knows replaced by
+`<redacted>`. To know them it reads the variables and the secret files they name (known_secrets), for redaction only.
+`blocking` runs work in a worker thread, reports progress (notifications/progress, when the client sent a progress
+token) while it lasts, and on a cancellation (notifications/cancelled) stops the Docker clients it started
+(t4serve.host.engine.cancelled_by). `ToolEnv.exclusive` holds the deployment's lock (t4serve.mcp.deploylock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
+
+from t4serve.config.settings import VARIABLES_BY_NAME, Settings
+from t4serve.errors import ConfigError, T4ServeError
+from t4serve.host.engine import Cancelled, Engine, cancelled_by
+from t4serve.mcp.deploylock import Holder, hold, lock_file
+from t4serve.mcp.models import StatusOut
+from t4serve.probes.gpu import Nvml
+from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded, shown
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# A secret file holds one token; a larger file is not one (t4serve.config.secrets reads them with the same cap).
+SECRET_FILE_MAX_BYTES = 64 * 1024
+# A blocking call reports progress this often; a cancelled one is given this long to stop its clients.
+HEARTBEAT_S = 2.0
+STOP_WAIT_S = 30.0
+# Settings a tool may not pass: secrets, and the files that hold them (compose.yaml's secrets carry those).
+REFUSED_SETTINGS = ("HF_TOKEN", "HF_TOKEN_FILE", "T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE")
+
+MODEL_HELP = (
+    "checkpoint: qat (int4 weights, the default), bf16, a Hugging Face repo id org/name, or a folder on this host "
+    "holding config.json (start_vllm_server mounts it read-only into the container)"
+)
+SETTINGS_HELP = (
+    "container settings by variable name, values as text, e.g. {\"T4SERVE_MAX_MODEL_LEN\": \"8192\"}; names from "
+    "`t4serve env`; secrets are refused"
+)
+
+
+def not_ready(tool: str, status: StatusOut, required: str) -> ConfigError:
+    """The one refusal of a tool that needs a ready server, naming the phase it found."""
+    return ConfigError(
+        f"{tool}: the server is not ready",
+        found=f"phase {status.phase_label or status.container_state or 'no container'}",
+        required=required,
+        fix="call server_status until ready (start_vllm_server if none is running)",
+    )
+
+
+# What a tool error may hold: the SDK sends it to the client and logs it, so an argument of megabytes quoted back in a
+# message must be cut (untrusted.shown cuts each quoted value; this bounds the whole).
+MAX_ERROR_CHARS = 4000
+
+
+def capped(message: str) -> str:
+    """A message as a tool error carries it: at most MAX_ERROR_CHARS, said where cut."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return message[:MAX_ERROR_CHARS] + f"... (cut: {len(message):,} characters in all)"
+
+
+def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Errors as tool errors: t4serve's own with found / required / fix; anything else as a bug, one line. The result
+    and the error text have every secret this process knows redacted, structured fields included."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        owner = args[0] if args else None
+        secrets = owner.env.secrets() if isinstance(owner, ToolGroup) else []
+        try:
+            result = await fn(*args, **kwargs)
+        except ToolError as exc:
+            raise ToolError(capped(redact(str(exc), secrets))) from None
+        except T4ServeError as exc:
+            raise ToolError(capped(redact(exc.message(), secrets))) from None
+        except Cancelled as exc:
+            # Only reached when the engine stopped a client for a cancellation this call did not see itself.
+            raise ToolError(f"{fn.__name__}: cancelled ({exc})") from None
+        except Exception as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+            raise ToolError(
+                redact(
+                    f"{fn.__name__} failed: internal error (a bug in t4serve; please report it with this line)\n"
+                    f"  found: {type(exc).__name__}: {shown(str(exc), 500)}{where}",
+                    secrets,
+                )
+            ) from None
+        return redact_result(result, secrets)
+
+    return wrapper
+
+
+def known_secrets(environ: Mapping[str, str], files: Sequence[Path] = ()) -> list[str]:
+    """Secrets this process can know, to redact from text that comes back: the API key and the HF token, from the
+    variables, the files they name, and `files` (compose's HF token secret file, where compose finds it)."""
+    values = [environ.get(name, "") for name in ("HF_TOKEN", "T4SERVE_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")]
+    names = ("HF_TOKEN_FILE", "T4SERVE_API_KEY_FILE", "HF_TOKEN_SECRET_FILE")
+    for path in [*(environ.get(name) for name in names), *map(str, files)]:
+        if path:
+            try:
+                # Bounded and non-blocking: a FIFO or /dev/zero named here must not hold or fill this process.
+                values.append(read_text_bounded(Path(path), SECRET_FILE_MAX_BYTES, "the secret file").strip())
+            except (OSError, Untrusted):
+                continue
+    return [v for v in values if len(v) >= 8]
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_value(value: Any, secrets: Sequence[str]) -> Any:
+    """`value` (JSON-like: dicts, lists, text) with every secret replaced in every string, keys included."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact_value(k, secrets): redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, secrets) for v in value]
+    return value
+
+
+def redact_result(result: R, secrets: Sequence[str]) -> R:
+    """A tool's result with every secret redacted: a model is rebuilt from its redacted fields when any holds one."""
+    if not secrets or not isinstance(result, BaseModel):
+        return result
+    if not any(secret in result.model_dump_json() for secret in secrets):
+        return result
+    return cast(R, type(result).model_validate(redact_value(result.model_dump(mode="json"), secrets)))
+
+
+def cap_lines(text: str, max_lines: int, max_bytes: int) -> tuple[list[str], bool, int]:
+    """The last `max_lines` lines of `text` whose UTF-8 size fits `max_bytes` (newest kept), and whether any line
+    was dropped for the byte cap."""
+    lines = text.splitlines()[-max_lines:]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        encoded = len(line.encode("utf-8")) + 1
+        if encoded > max_bytes:
+            line = line.encode("utf-8")[: max(0, max_bytes - size - 1)].decode("utf-8", "ignore")
+            encoded = len(line.encode("utf-8")) + 1
+        if size + encoded > max_bytes:
+            return list(reversed(kept)), True, size
+        kept.append(line)
+        size += encoded
+    return list(reversed(kept)), False, size
+
+
+def tail_text(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8")
+    return data[-max_bytes:].decode("utf-8", "ignore") if len(data) > max_bytes else text
+
+
+def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapping[str, str]) -> Settings:
+    """The container's settings a tool was given, checked by t4serve's own parser (every bad value in one error)."""
+    for name in settings:
+        if name in REFUSED_SETTINGS:
+            raise ConfigError(
+                f"settings: {name} cannot be passed through a tool",
+                found=f"{name} in the settings",
+                required="no secrets in tool arguments (they would pass through the assistant)",
+                fix="the HF token goes in compose.yaml's hf_token secret file; the API key as docs/operations.md's "
+                "'Exposing the port' describes",
+            )
+        if name == "T4SERVE_MODEL":
+            raise ConfigError(
+                "settings: T4SERVE_MODEL is the tool's `model` argument",
+                found="T4SERVE_MODEL in the settings",
+                required="the checkpoint in `model`",
+                fix='e.g. {"model": "bf16"}',
+            )
+        if name not in VARIABLES_BY_NAME:
+            raise ConfigError(
+                f"settings: {shown(name, 80)} is not a t4serve setting",
+                found=shown(name),
+                required="names from `t4serve env` (e.g. T4SERVE_MAX_MODEL_LEN, T4SERVE_DTYPE)",
+                fix="run `t4serve env` for the table",
+            )
+    overrides = dict(settings)
+    if model:
+        overrides["T4SERVE_MODEL"] = model
+    return Settings.from_environ(dict(base), overrides=overrides)
+
+
+class Progress:
+    """The progress notifications of one tool call: each says what the call is doing; its value is the seconds since
+    the call began (always rising, as the protocol requires). Sent only when the client asked (a progress token)."""
+
+    def __init__(self, ctx: Context | None) -> None:
+        self.ctx = ctx
+        self.began = time.monotonic()
+        self.last = -1.0
+        self.doing = ""
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    async def say(self, message: str) -> None:
+        self.doing = message
+        if self.ctx is None:
+            return
+        value = max(round(self.elapsed(), 3), round(self.last + 0.001, 3))
+        self.last = value
+        try:
+            await self.ctx.report_progress(value, None, message[:300])
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
+            # The client went away (or this is no request): the work goes on; its end decides what happens.
+            self.ctx = None
+
+
+async def blocking(progress: Progress | None, doing: str | Callable[[], str] | None, fn: Callable[[], R]) -> R:
+    """Run `fn` in a worker thread: progress every HEARTBEAT_S while it runs (`doing` says what; a callable is asked
+    each time), and when the call is cancelled (notifications/cancelled), every Docker client `fn` started is stopped
+    (t4serve.host.engine.cancelled_by) before the cancellation goes on. `fn`'s exception, if any, is raised as it is."""
+    cancel = threading.Event()
+    finished = threading.Event()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            with cancelled_by(cancel):
+                box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            finished.set()
+
+    async def heartbeat() -> None:
+        assert progress is not None
+        while True:
+            await anyio.sleep(HEARTBEAT_S)
+            text = doing() if callable(doing) else (doing or progress.doing)
+            await progress.say(f"{text} ({progress.elapsed():.0f} s)")
+
+    try:
+        async with anyio.create_task_group() as group:
+            if progress is not None and progress.ctx is not None:
+                group.start_soon(heartbeat)
+            await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            group.cancel_scope.cancel()
+    except anyio.get_cancelled_exc_class():
+        cancel.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_WAIT_S):
+            while not finished.is_set():
+                await anyio.sleep(0.05)
+        raise
+    if "error" in box:
+        raise box["error"]
+    value: R = box["value"]
+    return value
+
+
+async def in_thread(fn: Callable[[], R]) -> R:
+    """A short blocking call (an engine query, a file read), cancellable like any other."""
+    return await blocking(None, None, fn)
+
+
+def client_name(ctx: Context | None) -> str:
+    """The MCP client as it named itself in `initialize` (name and version), for the lock's holder record."""
+    try:
+        params = ctx.session.client_params if ctx is not None else None
+        info = params.client_info if params is not None else None
+    except (AttributeError, ValueError):
+        info = None
+    if info is None:
+        return "unnamed client"
+    return f"{info.name} {info.version}".strip()[:80]
+
+
+@dataclass
+class ToolEnv:
+    """What the tools work with: the engine, this process's environment, and a host folder for results and locks."""
+
+    engine: Engine
+    environ: Mapping[str, str]
+    data_dir: Path
+    compose_file: Path
+    clock: Callable[[], float] = time.time
+    # The NVML module the host probes read (None: pynvml); tests give a double.
+    nvml: Nvml | None = None
+
+    def secrets(self) -> list[str]:
+        return known_secrets(self.environ, [self.token_file()])
+
+    def token_file(self) -> Path:
+        """compose.yaml's hf_token secret file as compose finds it: HF_TOKEN_SECRET_FILE, else ./secrets/hf_token,
+        a relative path from the compose project's folder."""
+        raw = self.environ.get("HF_TOKEN_SECRET_FILE") or "./secrets/hf_token"
+        return Path(raw) if Path(raw).is_absolute() else self.engine.project_directory / raw
+
+    def base_env(self) -> dict[str, str]:
+        """Host-side settings that planning reads (where the HF cache is, whether to go online)."""
+        return {k: v for k, v in self.environ.items() if k in ("HF_HOME", "HF_HUB_OFFLINE", "XDG_CACHE_HOME")}
+
+    def deployment(self) -> str:
+        """The deployment as Docker sees it: the compose project (compose's default: the folder's name, as compose
+        normalises it) on this engine (DOCKER_HOST, else the local one)."""
+        project = self.engine.project or re.sub(r"[^-_a-z0-9]", "", self.engine.project_directory.name.lower())
+        return f"{project}@{self.environ.get('DOCKER_HOST') or 'local'}"
+
+    @contextlib.contextmanager
+    def exclusive(self, tool: str, ctx: Context | None) -> Iterator[None]:
+        """Hold the deployment's lock for a state-changing tool, or fail at once saying who holds it."""
+        holder = Holder(tool=tool, pid=os.getpid(), client=client_name(ctx), since=self.clock())
+        with hold(lock_file(self.data_dir, self.deployment()), holder):
+            yield
+
+
+class ToolGroup:
+    """A set of tools over one ToolEnv: each method marked with t4serve.mcp.registry.tool is one tool, its docstring
+    the tool's description (the first line its purpose, then how it behaves)."""
+
+    def __init__(self, env: ToolEnv) -> None:
+        self.env = env
+        self.engine = env.engine

@@ -1,7 +1,8 @@
-"""t4serve's log patterns against the image's own vLLM: each pattern's format string, as vLLM writes it, is a string
-literal of the source file the pattern names, and that format, filled in, is matched by the pattern. The tracker reads
-phases and figures from these lines only; a vLLM bump that rewords one fails here, at build time, not at a user's
-first start. (vLLM 0.26's wording, met on the GPU host, is checked against its printed logs in tests/unit.)"""
+"""t4serve's log lines against the image's own vLLM: each line's format string in the phase table
+(t4serve.supervise.phases), as vLLM writes it, is a string literal of the source file the line names, and that format,
+filled in, is matched by the line's regex; the table's vLLM version is the image's. The tracker reads phases and
+figures from these lines only; a vLLM bump that rewords one fails here, at build time, not at a user's first start.
+(vLLM 0.26's wording, met on the GPU host, is checked against its printed logs in tests/unit.)"""
 
 from __future__ import annotations
 
@@ -11,47 +12,29 @@ import re
 
 import pytest
 
-from t4serve.supervise.logwatch import LOG_PATTERNS, LogPattern
+from t4serve.supervise.phases import LOG_LINES, VLLM_VERSION, LogLine
 
 from .conftest import RunInImage
 
 pytestmark = pytest.mark.image
 
-# Each pattern's format string as vLLM 0.33.0's logger call writes it; `%` placeholders (in an f-string: `%s` for each
-# replacement field) stand for the regex groups.
-FORMAT_STRINGS = {
-    "load_start": "Starting to load model %s...",
-    "download_done": "Time spent downloading weights for %s: %.6f seconds",
-    "weights_loaded": "Loading weights took %.2f seconds",
-    "model_loaded": "Model loading took %s GiB memory and %.6f seconds",
-    "torch_compile": "%storch.compile took %.2f s in total",
-    "kv_memory": "Available KV cache memory: %s GiB",
-    "load_start_v2": "Loading model from scratch...",
-    "kv_memory_set": "reserved %s GiB memory for KV Cache as specified by kv_cache_memory_bytes",
-    "kv_capacity": "KV cache size: %s tokens",
-    "kv_concurrency": "Maximum concurrency for %s tokens per request: %.2fx",
-    "cuda_graphs": "Graph capturing finished in %.0f secs, took %.2f GiB",
-    "engine_ready": "init engine (profile, create kv cache, warmup model) took %.2f s",
-    "server_start": "Starting vLLM server on %s",
-}
-# Reads each named file of the installed vllm package (found without importing it) and prints them as JSON.
+LINES = [line for line, _phase in LOG_LINES]
+# Reads each named file of the installed vllm package (found without importing it), and the package's version from its
+# distribution metadata, and prints them as JSON.
 READ_SOURCES = (
-    "import importlib.util, json, pathlib, sys\n"
+    "import importlib.metadata, importlib.util, json, pathlib, sys\n"
     "root = pathlib.Path(importlib.util.find_spec('vllm').origin).parent\n"
-    "print(json.dumps({n: (root / n).read_text() if (root / n).is_file() else None for n in sys.argv[1:]}))\n"
+    "files = {n: (root / n).read_text() if (root / n).is_file() else None for n in sys.argv[1:]}\n"
+    "print(json.dumps({'version': importlib.metadata.version('vllm'), 'files': files}))\n"
 )
 
 
-def _file(pattern: LogPattern) -> str:
-    return pattern.source.split()[0]
-
-
 @pytest.fixture(scope="module")
-def sources(run_in_image: RunInImage) -> dict[str, str | None]:
-    names = sorted({_file(p) for p in LOG_PATTERNS})
+def image_vllm(run_in_image: RunInImage) -> dict[str, object]:
+    names = sorted({line.source_file for line in LINES})
     out = run_in_image("-c", READ_SOURCES, *names, entrypoint="python3")
     assert out.returncode == 0, f"could not read vLLM's source in the image: {out.stderr[-2000:]}"
-    found: dict[str, str | None] = json.loads(out.stdout)
+    found: dict[str, object] = json.loads(out.stdout)
     return found
 
 
@@ -72,14 +55,16 @@ def _filled(fmt: str) -> str:
     return re.sub(r"%\.\df", "12.5", fmt.replace("%s", "1,234"))
 
 
-def test_every_pattern_has_a_format_string() -> None:
-    assert sorted(FORMAT_STRINGS) == sorted(p.name for p in LOG_PATTERNS)
+def test_the_table_was_read_from_the_images_vllm(image_vllm: dict[str, object]) -> None:
+    assert image_vllm["version"] == VLLM_VERSION, "the image's vLLM changed: read each format string again"
 
 
-@pytest.mark.parametrize("pattern", LOG_PATTERNS, ids=lambda p: p.name)
-def test_pattern_matches_the_images_vllm(pattern: LogPattern, sources: dict[str, str | None]) -> None:
-    text = sources[_file(pattern)]
-    assert text is not None, f"{pattern.name}: vllm/{_file(pattern)} is not in the image (pattern source moved?)"
-    fmt = FORMAT_STRINGS[pattern.name]
-    assert fmt in _string_literals(text), f"{pattern.name}: {fmt!r} is not a string of vllm/{_file(pattern)}"
-    assert pattern.regex.search(_filled(fmt)), f"{pattern.name}: {pattern.regex.pattern!r} misses {_filled(fmt)!r}"
+@pytest.mark.parametrize("line", LINES, ids=lambda line: line.name)
+def test_line_matches_the_images_vllm(line: LogLine, image_vllm: dict[str, object]) -> None:
+    files = image_vllm["files"]
+    assert isinstance(files, dict)
+    text = files[line.source_file]
+    assert text is not None, f"{line.name}: vllm/{line.source_file} is not in the image (the line's source moved?)"
+    filled = _filled(line.vllm_format)
+    assert line.vllm_format in _string_literals(text), f"{line.name}: {line.vllm_format!r} is not in {line.source_file}"
+    assert line.regex.search(filled), f"{line.name}: {line.regex.pattern!r} misses {filled!r}"

@@ -17,8 +17,9 @@ from serve_states import state_at
 from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise.health import check_liveness, loading_bound_s
+from t4serve.supervise.phases import LOADING_PHASES
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import LOADING_PHASES, Prediction, write_state
+from t4serve.supervise.state import Prediction, write_state
 from t4serve.units import fmt_duration
 
 

@@ -8,9 +8,9 @@ from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.planning.hostmem import PUBLISHED_PEAKS
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise import canary
+from t4serve.supervise.phases import LOADING_PHASES
 from t4serve.supervise.readout import cold_budget_note
 from t4serve.supervise.startbudget import PUBLISHED_LOADS, cold_start_budget, slowest_load_bytes_per_s
-from t4serve.supervise.state import LOADING_PHASES
 
 
 def test_one_figure_per_phase_status_shows_in_its_order() -> None:

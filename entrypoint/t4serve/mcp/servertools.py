@@ -38,6 +38,7 @@ from t4serve.mcp.calls import (
 from t4serve.mcp.models import MAX_PROMPT_CHARS, ChatMessage, FigureOut, LogsOut, QueryOut, StartOut, StatusOut, StopOut
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.serde import from_dict
+from t4serve.supervise.phases import PHASES, UNHEALTHY
 
 MAX_LOG_LINES = 500
 MAX_LOG_BYTES = 64 * 1024
@@ -132,7 +133,7 @@ class ServerTools(ToolGroup):
         phase = status.phase if status is not None else None
         deadline = time.monotonic() + float(wait_s)
         while status is not None and time.monotonic() < deadline:
-            if status.ready or not status.running or phase in ("failed", "canary_failed"):
+            if status.ready or not status.running or (phase in PHASES and PHASES[phase].readiness == UNHEALTHY):
                 break
             await anyio.sleep(2.0)
             status = await blocking(progress, "following the start", lambda: read_status(self.env))
@@ -366,8 +367,9 @@ def published_url(engine: Engine, container: ServiceContainer, port: int) -> str
 def read_status(env: ToolEnv) -> StatusOut:
     """The server as `server_status` reports it: the container, and `t4serve status --json` run in it."""
     from t4serve.supervise.logwatch import compare
+    from t4serve.supervise.phases import PHASE_LABELS
     from t4serve.supervise.readout import render_status, time_to_ready
-    from t4serve.supervise.state import PHASE_LABELS, ServeState
+    from t4serve.supervise.state import ServeState
 
     container = env.engine.service()
     empty: dict[str, Any] = {

@@ -12,6 +12,8 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from t4serve.supervise.phases import PHASES
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -138,7 +140,6 @@ _RULES: tuple[_Rule, ...] = (
     ),
 )
 
-_LOAD_PHASES = ("starting", "downloading", "loading_weights")
 # vLLM's multiproc executor and engine-core launcher report a SIGKILLed child as exit code -9
 # ("Failed core proc(s): {'EngineCore_DP0': -9}", "died unexpectedly (exit code: -9)").
 _KILLED = re.compile(r"exit code:? -9|': -9\}|Killed process|signal 9|SIGKILL")
@@ -152,7 +153,7 @@ def diagnose(lines: Sequence[str], returncode: int | None, phase: str) -> Diagno
                 return Diagnosis(rule.name, rule.summary, rule.fix, line.strip()[:300])
     killed_line = next((ln for ln in reversed(lines) if _KILLED.search(ln)), None)
     sigkill = returncode is not None and returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
-    if (sigkill or killed_line is not None) and phase in _LOAD_PHASES:
+    if (sigkill or killed_line is not None) and phase in PHASES and PHASES[phase].before_weights_loaded:
         evidence = killed_line.strip()[:300] if killed_line else f"vLLM killed by SIGKILL while {phase}"
         return Diagnosis(
             "host_oom_during_load",

@@ -19,9 +19,17 @@ from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.errors import T4ServeError
 from t4serve.httpclient import Answer, HttpFailure, fetch, local_url
 from t4serve.probes.checkpoint import builtin_facts
+from t4serve.supervise.phases import (
+    ALIVE,
+    ALIVE_WITHIN_BUDGET,
+    NOT_READY_LOADING,
+    NOT_READY_STOPPING,
+    PHASES,
+    UNHEALTHY,
+)
 from t4serve.supervise.readout import time_to_ready
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState, read_config_error, read_state
+from t4serve.supervise.state import ServeState, read_config_error, read_state
 from t4serve.units import GIB, fmt_duration
 
 # What serve left when it stopped on a configuration error (T4SERVE_ON_CONFIG_ERROR=wait), before its first line.
@@ -45,7 +53,7 @@ def loading_bound_s(state: ServeState) -> float:
 
 def loading_line(state: ServeState, now: float) -> str:
     line = (
-        f"{PHASE_LABELS[state.phase]} for {fmt_duration(now - state.phase_began_at())} "
+        f"{PHASES[state.phase].label} for {fmt_duration(now - state.phase_began_at())} "
         f"({fmt_duration(now - state.attempt_started_at)} since vLLM started, attempt {state.attempt})"
     )
     left = time_to_ready(state, now)
@@ -112,15 +120,15 @@ def check(
     except T4ServeError as exc:
         return 1, f"not ready: {exc.what} ({exc.found})"
     t = time.time() if now is None else now
-    if state.phase in LOADING_PHASES:
+    readiness = PHASES[state.phase].readiness
+    if readiness == NOT_READY_LOADING:
         return 1, f"not ready: {loading_line(state, t)}"
-    if state.phase == "canary_failed":
-        hint = f"; hint: {state.fix}" if state.fix else ""
-        return 1, f"unhealthy: {state.reason}{hint}"
-    if state.phase == "failed":
-        diagnosis = f"; {state.diagnosis}; fix: {state.fix}" if state.diagnosis else ""
-        return 1, f"unhealthy: {state.reason}{diagnosis}"
-    if state.phase == "stopping":
+    if readiness == UNHEALTHY:
+        # The canary's hint, or vLLM's death with its diagnosis and fix.
+        if state.phase == "canary_failed":
+            return 1, f"unhealthy: {state.reason}" + (f"; hint: {state.fix}" if state.fix else "")
+        return 1, f"unhealthy: {state.reason}" + (f"; {state.diagnosis}; fix: {state.fix}" if state.diagnosis else "")
+    if readiness == NOT_READY_STOPPING:
         return 1, f"not ready: stopping for {fmt_duration(t - state.phase_began_at())} (draining in-flight requests)"
     problem = probe(state, timeout, api_key)
     if problem is not None:
@@ -147,7 +155,8 @@ def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | No
     except T4ServeError as exc:
         return 1, f"not alive: {exc.what} ({exc.found})"
     t = time.time() if now is None else now
-    if state.phase in LOADING_PHASES:
+    liveness = PHASES[state.phase].liveness
+    if liveness == ALIVE_WITHIN_BUDGET:
         bound = loading_bound_s(state)
         if t - state.attempt_started_at > bound:
             return 1, (
@@ -155,8 +164,8 @@ def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | No
                 "load, compile) is budgeted: wedged"
             )
         return 0, f"alive, loading: {loading_line(state, t)}"
-    if state.phase != "ready":
-        return 0, f"alive: {PHASE_LABELS[state.phase]} for {fmt_duration(t - state.phase_began_at())}"
+    if liveness == ALIVE:
+        return 0, f"alive: {PHASES[state.phase].label} for {fmt_duration(t - state.phase_began_at())}"
     base = local_url(state.host, state.port)
     try:
         health = _get(f"{base}/health", time.monotonic() + timeout)

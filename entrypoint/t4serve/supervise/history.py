@@ -17,7 +17,7 @@ from pathlib import Path
 from t4serve.atomic import locked, write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
-from t4serve.supervise.state import LOADING_PHASES
+from t4serve.supervise.phases import LOADING_PHASES
 from t4serve.untrusted import Untrusted, load_json_file
 
 HISTORY_FILE = "start-history.json"

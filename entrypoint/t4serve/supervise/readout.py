@@ -13,8 +13,9 @@ from t4serve.config.settings import VARIABLES_BY_NAME
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise import history
 from t4serve.supervise.logwatch import compare, format_comparison
+from t4serve.supervise.phases import LOADING_PHASES, PHASE_LABELS
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import LOADING_PHASES, PHASE_LABELS, ServeState
+from t4serve.supervise.state import ServeState
 from t4serve.units import fmt_duration
 
 

@@ -28,8 +28,8 @@ from t4serve.supervise import compilerecord, history
 from t4serve.supervise.canary import run_canary
 from t4serve.supervise.diagnose import diagnose
 from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
+from t4serve.supervise.phases import PHASE_LABELS, PHASES
 from t4serve.supervise.state import (
-    PHASE_LABELS,
     RunSpec,
     ServeState,
     new_state,
@@ -253,9 +253,9 @@ class Wrapper:
                 self._stop_given_up(reason)
                 return
             phase = self.tracker.phase
-            if phase in ("starting", "loading_weights", "downloading"):
+            if PHASES[phase].before_weights_loaded:
                 self.tracker.observe_download(downloads_active(self.spec.hf_hub_cache), time.time())
-            if phase in ("ready", "canary_failed", "failed", "stopping"):
+            if not PHASES[phase].loading:
                 return
             if self.child is None or self.child.poll() is not None:
                 continue

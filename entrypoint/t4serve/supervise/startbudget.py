@@ -51,7 +51,7 @@ def slowest_load_bytes_per_s() -> float:
 
 
 def cold_start_budget(weight_bytes: int) -> StartBudget:
-    """Seconds per loading phase (`state.LOADING_PHASES`, in order) for a cold start of a checkpoint of
+    """Seconds per loading phase (`phases.LOADING_PHASES`, in order) for a cold start of a checkpoint of
     `weight_bytes` safetensors bytes."""
     load_rate = slowest_load_bytes_per_s()
     phases = {

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
+from t4serve.supervise.phases import PHASES
 from t4serve.untrusted import (
     Untrusted,
     check_host,
@@ -38,25 +39,6 @@ EXIT_REQUEST_FILE = "exit-request.json"
 SUPERVISORD_CONF_FILE = "supervisord.conf"
 # Written by `serve` when it stopped on a configuration error and waits (T4SERVE_ON_CONFIG_ERROR=wait): the message.
 CONFIG_ERROR_FILE = "config-error.txt"
-
-# Phases in the order vLLM goes through them. torch.compile's Dynamo/Inductor pass runs inside vLLM's profiling
-# run (gpu_worker.determine_available_memory), so its time falls in "profiling"; after the KV cache is allocated
-# vLLM compiles the remaining batch sizes and captures CUDA graphs ("compiling").
-PHASE_LABELS: dict[str, str] = {
-    "starting": "starting",
-    "downloading": "downloading weights",
-    "loading_weights": "loading weights",
-    "profiling": "profiling / KV allocation",
-    "compiling": "compiling and CUDA graph capture",
-    "canary": "canary (server up, checking one greedy completion)",
-    "ready": "ready",
-    "canary_failed": "canary failed (server answers, but wrongly)",
-    "failed": "failed (vLLM exited)",
-    "stopping": "stopping (draining in-flight requests)",
-}
-LOADING_PHASES = ("starting", "downloading", "loading_weights", "profiling", "compiling", "canary")
-TERMINAL_PHASES = ("ready", "canary_failed", "failed", "stopping")
-
 
 @dataclass(frozen=True)
 class PhaseMark:
@@ -152,7 +134,7 @@ class ServeState:
         return self.phases[-1].began_at if self.phases else self.attempt_started_at
 
     def with_phase(self, phase: str, now: float) -> ServeState:
-        if phase not in PHASE_LABELS:
+        if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}")
         if phase == self.phase and self.phases:
             return self
@@ -220,12 +202,12 @@ def _load(cls: type[T], path: Path, what: str) -> T:
 def check_state(state: ServeState) -> None:
     """What healthcheck and status rely on: known phases (at least one mark), a host and port to reach, one-word
     names; Untrusted otherwise."""
-    if state.phase not in PHASE_LABELS:
-        raise Untrusted(f"phase must be one of {', '.join(PHASE_LABELS)}, found {state.phase[:40]!r}")
+    if state.phase not in PHASES:
+        raise Untrusted(f"phase must be one of {', '.join(PHASES)}, found {state.phase[:40]!r}")
     if not state.phases:
         raise Untrusted("phases must list at least the phase the server is in")
     for mark in state.phases:
-        if mark.phase not in PHASE_LABELS:
+        if mark.phase not in PHASES:
             raise Untrusted(f"phases must name known phases, found {mark.phase[:40]!r}")
     check_int(state.port, "port", 1, 65535)
     check_int(state.attempt, "attempt", 1, 1 << 31)

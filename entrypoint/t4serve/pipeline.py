@@ -14,9 +14,9 @@ from pathlib import Path
 
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
-from t4serve.facts import Facts, GpuDevice, GpuFacts, ModelFacts
-from t4serve.gpus import KNOWN_GPUS, known_gpu
-from t4serve.planning.plan import KNOWN_GPU_UUID_PREFIX, Plan, plan
+from t4serve.facts import Facts, GpuFacts, ModelFacts
+from t4serve.gpus import KNOWN_GPUS, known_device, known_gpu
+from t4serve.planning.plan import Plan, plan
 from t4serve.preflight import Finding, run_checks
 from t4serve.serde import from_dict
 from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded
@@ -113,8 +113,8 @@ def load_facts(path: str | Path) -> Facts:
 
 
 def with_known_gpu(facts: Facts, key: str) -> Facts:
-    """Facts with the GPU replaced by a card from the known-GPU table (`plan --gpu t4`): full memory free, the
-    recorded driver kept. The device's uuid reads `known:<key>` so the plan says where its GPU came from."""
+    """Facts with the GPU replaced by a card from the known-GPU table (`plan --gpu t4`, t4serve.gpus.known_device),
+    the recorded driver kept."""
     gpu = known_gpu(key)
     if gpu is None:
         raise ConfigError(
@@ -123,19 +123,7 @@ def with_known_gpu(facts: Facts, key: str) -> Facts:
             required="one of " + ", ".join(sorted(KNOWN_GPUS)),
             fix="pick one of those, or plan on the real machine without --gpu",
         )
-    device = GpuDevice(
-        index=0,
-        name=gpu.name,
-        uuid=f"{KNOWN_GPU_UUID_PREFIX}{gpu.key}",
-        compute_capability=gpu.compute_capability,
-        memory_total_bytes=gpu.memory_bytes,
-        memory_free_bytes=gpu.memory_bytes,
-        shared_memory_per_block=gpu.shared_memory_per_block,
-        power_limit_w=gpu.power_limit_w,
-        power_max_limit_w=gpu.power_limit_w,
-        sm_clock_max_mhz=gpu.sm_clock_max_mhz,
-        memory_clock_max_mhz=None,
-    )
+    device = known_device(gpu)
     gpu_facts = GpuFacts(
         nvml_available=True,
         error=None,

@@ -16,15 +16,15 @@ from dataclasses import asdict, dataclass
 from t4serve.config.aliases import QAT_REPO
 from t4serve.config.settings import Settings
 from t4serve.facts import ADDRESS_IN_USE, BuildManifest, DiskFacts, Facts, GpuDevice, HostFacts, ModelFacts
+from t4serve.gpus import BF16_MIN_CAPABILITY, MIN_CAPABILITY, arch_supported, format_capability
 from t4serve.planning import hostmem
 from t4serve.planning.derived import format_bytes
-from t4serve.planning.plan import BF16_MIN_CAPABILITY, Plan, float16_refusal, model_type
+from t4serve.planning.plan import Plan, float16_refusal, model_type
 from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.units import GIB, MIB
 from t4serve.untrusted import Untrusted, check_host, printable
 
 LEVELS = ("ok", "warn", "fail")
-MIN_CAPABILITY = (7, 5)
 # The image's torch is the CUDA 13.0 build (published-t4-run.md); CUDA 13 needs driver 580 or newer.
 DEFAULT_TORCH_CUDA = (13, 0)
 MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
@@ -161,13 +161,9 @@ def check_driver(facts: Facts) -> Finding:
     return Finding("driver", "fail" if too_old else "ok", found, required, fix if too_old else "")
 
 
-def _cap(capability: tuple[int, int]) -> str:
-    return f"{capability[0]}.{capability[1]}"
-
-
 def check_capability(gpu: GpuDevice) -> Finding:
-    found = f"{gpu.name}: compute capability {_cap(gpu.compute_capability)}"
-    required = f"compute capability >= {_cap(MIN_CAPABILITY)} (Turing or newer)"
+    found = f"{gpu.name}: compute capability {format_capability(gpu.compute_capability)}"
+    required = f"compute capability >= {format_capability(MIN_CAPABILITY)} (Turing or newer)"
     if gpu.compute_capability < MIN_CAPABILITY:
         return Finding(
             "capability",
@@ -181,14 +177,14 @@ def check_capability(gpu: GpuDevice) -> Finding:
 
 
 def check_dtype(plan: Plan, gpu: GpuDevice, model: ModelFacts | None = None) -> Finding:
-    found = f"--dtype {plan.dtype} ({plan.dtype_reason}) on capability {_cap(gpu.compute_capability)}"
-    required = f"bfloat16 only on capability >= {_cap(BF16_MIN_CAPABILITY)}"
+    found = f"--dtype {plan.dtype} ({plan.dtype_reason}) on capability {format_capability(gpu.compute_capability)}"
+    required = f"bfloat16 only on capability >= {format_capability(BF16_MIN_CAPABILITY)}"
     if plan.dtype == "bfloat16" and gpu.compute_capability < BF16_MIN_CAPABILITY:
         return Finding(
             "dtype",
             "fail",
             found,
-            required + f": {_cap(gpu.compute_capability)} has no bfloat16 datapath",
+            required + f": {format_capability(gpu.compute_capability)} has no bfloat16 datapath",
             "set T4SERVE_DTYPE=auto (float16 on Turing) or T4SERVE_DTYPE=float16",
         )
     refusal = float16_refusal(model)
@@ -198,7 +194,8 @@ def check_dtype(plan: Plan, gpu: GpuDevice, model: ModelFacts | None = None) -> 
             "fail",
             found + f", model type {model_type(model)}",
             f"a dtype vLLM runs this model in: {refusal} (vLLM's words)",
-            "set T4SERVE_DTYPE=auto (bfloat16 from capability 8.0, float32 below) or T4SERVE_DTYPE=float32",
+            f"set T4SERVE_DTYPE=auto (bfloat16 from capability {format_capability(BF16_MIN_CAPABILITY)}, float32 "
+            "below) or T4SERVE_DTYPE=float32",
         )
     return Finding("dtype", "ok", found, required, "")
 
@@ -312,23 +309,6 @@ def check_torch_cuda(manifest: BuildManifest) -> Finding:
             "CPU index or with --no-deps",
         )
     return Finding("torch-cuda", "ok", found, required, "")
-
-
-def arch_supported(arch_list: Iterable[str], capability: tuple[int, int]) -> bool:
-    """Whether torch compiled for `arch_list` runs on `capability`.
-
-    A cubin sm_XY runs on capability X.Z with Z >= Y (same major); PTX compute_XY is JIT-compiled for anything newer.
-    """
-    for arch in arch_list:
-        match = re.fullmatch(r"(sm|compute)_(\d+)(\d)[a-z]?", arch.strip())
-        if not match:
-            continue
-        kind, major, minor = match.group(1), int(match.group(2)), int(match.group(3))
-        if kind == "sm" and major == capability[0] and minor <= capability[1]:
-            return True
-        if kind == "compute" and (major, minor) <= capability:
-            return True
-    return False
 
 
 def check_torch_arch(manifest: BuildManifest, gpu: GpuDevice) -> Finding:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from t4serve.gpus import default_max_num_batched_tokens
 from t4serve.planning import kvcache as kv
 
 from .conftest import REPO, load_e2b_checkpoint
@@ -27,7 +28,7 @@ POOLS = (PUBLISHED_POOL, 1024**3)
 
 E2B = load_e2b_checkpoint()
 TEXT: dict[str, Any] = E2B.e2b_config("bf16")["text_config"]
-BATCHED = kv.default_max_num_batched_tokens(T4_MEMORY_BYTES, "Tesla T4")
+BATCHED = default_max_num_batched_tokens(T4_MEMORY_BYTES, "Tesla T4")
 
 
 def layout(max_model_len: int) -> kv.KVLayout:

@@ -219,13 +219,13 @@ def batch_defaults(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.usage.usage_lib import UsageContext
 
-    from t4serve.planning import kvcache
+    from t4serve.gpus import vllm_batch_defaults
 
     out = []
     for gpu in gpus:
         kv_oracle.install_platform(gpu["name"], tuple(gpu["capability"]), gpu["memory_bytes"])
         batched, seqs = EngineArgs.get_batch_defaults(world_size=1)
-        ours = kvcache.vllm_batch_defaults(gpu["memory_bytes"], gpu["name"], tuple(gpu["capability"]))
+        ours = vllm_batch_defaults(gpu["memory_bytes"], gpu["name"], tuple(gpu["capability"]))
         out.append({"key": gpu["key"],
                     "vllm": [batched[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER]],
                     "t4serve": [ours.max_num_batched_tokens, ours.max_num_seqs]})

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from t4serve.gpus import (
     KNOWN_GPUS,
     THROTTLE_REASONS,
     clocks_event_reasons_query,
+    default_max_num_batched_tokens,
     known_gpu,
     match_known_gpu,
     shared_memory_per_block_optin,
     throttle_labels,
+    vllm_batch_defaults,
 )
 from t4serve.units import GB, MIB
 
@@ -55,3 +59,45 @@ def test_clocks_event_query_prefers_the_new_name() -> None:
     both = SimpleNamespace(nvmlDeviceGetCurrentClocksEventReasons=new, nvmlDeviceGetCurrentClocksThrottleReasons=old)
     assert clocks_event_reasons_query(both)("h") == 4
     assert clocks_event_reasons_query(SimpleNamespace(nvmlDeviceGetCurrentClocksThrottleReasons=old))("h") == 8
+
+
+def test_default_max_num_batched_tokens_by_memory() -> None:
+    gib = 1024**3
+    assert default_max_num_batched_tokens(15 * gib) == 2048
+    assert default_max_num_batched_tokens(80 * gib, "NVIDIA A100-SXM4-80GB") == 2048
+    assert default_max_num_batched_tokens(80 * gib, "NVIDIA H100 80GB HBM3") == 8192
+    assert default_max_num_batched_tokens(180 * gib) == 16384
+
+
+# vLLM 0.33 EngineArgs.get_batch_defaults, read for each card of the known table (name, memory, capability as the
+# table has them); tests/image/test_kv_oracle_families.py asks vLLM's own function the same for every card.
+KNOWN_GPU_BATCH_DEFAULTS = {
+    "t4": (2048, 256),
+    "rtx2080ti": (2048, 256),
+    "a10g": (2048, 256),
+    "l4": (2048, 256),
+    "a100": (2048, 256),  # 80 GiB, but vLLM keeps A100s on the small tier by name
+    "h100": (8192, 1024),
+    "h200": (8192, 1024),
+}
+
+
+@pytest.mark.parametrize("key", sorted(KNOWN_GPUS))
+def test_batch_defaults_of_every_known_gpu(key: str) -> None:
+    gpu = KNOWN_GPUS[key]
+    got = vllm_batch_defaults(gpu.memory_bytes, gpu.name, gpu.compute_capability)
+    assert (got.max_num_batched_tokens, got.max_num_seqs) == KNOWN_GPU_BATCH_DEFAULTS[key]
+
+
+def test_batch_defaults_tiers_by_memory_name_and_capability() -> None:
+    gib = 1024**3
+    assert (vllm_batch_defaults(180 * gib, "NVIDIA B200", (10, 0)).max_num_seqs) == 1024
+    assert vllm_batch_defaults(180 * gib, "NVIDIA B200", (10, 0)).max_num_batched_tokens == 16384
+    # The name check is vLLM's: lowercased substring, so any A100 of 70 GiB or more stays small.
+    assert vllm_batch_defaults(80 * gib, "A100-PCIE-80GB", (8, 0)).max_num_seqs == 256
+    # GB10 (DGX Spark) reports 119 GiB of unified memory but is kept on the small tier by its capability.
+    gb10 = vllm_batch_defaults(119 * gib, "NVIDIA GB10", (12, 1))
+    assert (gb10.max_num_batched_tokens, gb10.max_num_seqs) == (2048, 256)
+    assert "GB10" in gb10.tier
+    # Just under 70 GiB is the small tier whatever the name.
+    assert vllm_batch_defaults(70 * gib - 1, "NVIDIA H100", (9, 0)).max_num_seqs == 256

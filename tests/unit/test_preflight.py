@@ -11,12 +11,12 @@ from sample_facts import GIB, MIB, no_gpu, t4, with_gpu, with_host, with_manifes
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import DiskFacts, Facts, GpuFacts
+from t4serve.gpus import arch_supported
 from t4serve.pipeline import ensure_model, prepare, with_known_gpu
 from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (
     IMAGE_BYTES,
     Finding,
-    arch_supported,
     format_table,
     has_failures,
     run_checks,

@@ -20,14 +20,13 @@ from typing import Any
 from t4serve.atomic import write_atomic
 from t4serve.errors import PatchError
 from t4serve.facts import ClampProof
-from t4serve.gpus import shared_memory_per_block_optin
+from t4serve.gpus import TURING, shared_memory_per_block_optin
 from t4serve.patch.apply import find_vllm_root, read_vllm_version
 from t4serve.patch.clamp import CLAMPED_TILE, TARGET_FUNCTION, clamp_sha256, padded_head_size, tile_shared_memory
 from t4serve.patch.locate import TARGET_PATH, TileSite, locate
 from t4serve.patch.worker import RESULT_PREFIX
 from t4serve.serde import to_dict
 
-TURING = (7, 5)
 # The T4's opt-in shared memory per block (CUDA programming guide via t4serve.gpus): the budget every kernel must fit.
 TURING_SHARED_MEMORY = shared_memory_per_block_optin(TURING)
 # fp16 output of a float32-accumulated attention: about 1e-3 (published-t4-run.md); a wrong mask or tile shows as >=

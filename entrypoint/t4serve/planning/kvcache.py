@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from t4serve.errors import ConfigError
-from t4serve.units import GIB
 
 # vLLM's CacheConfig.block_size for the CUDA attention backends (Triton included): 16 tokens.
 DEFAULT_BLOCK_SIZE = 16
@@ -21,45 +20,6 @@ DEFAULT_BLOCK_SIZE = 16
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(frozen=True)
-class BatchDefaults:
-    """vLLM's defaults for `vllm serve` on one GPU: what it batches per step and how many requests it decodes."""
-
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    # Which of vLLM's tiers the card falls in, in words, for the plan's arithmetic.
-    tier: str
-
-
-# vLLM 0.33 `EngineArgs.get_batch_defaults`: GB10 (DGX Spark, capability 12.1) has the memory of a large card but is
-# kept on the small tier; the device name check keeps A100s on it too (vLLM PR #17885).
-GB10_CAPABILITY = (12, 1)
-
-
-def vllm_batch_defaults(gpu_memory_bytes: int, gpu_name: str, capability: tuple[int, int]) -> BatchDefaults:
-    """vllm/engine/arg_utils.py `EngineArgs.get_batch_defaults` for `vllm serve` (UsageContext.OPENAI_API_SERVER).
-
-    >= 160 GiB: 16384 tokens, 1024 seqs; >= 70 GiB, not an A100 (by name) and not GB10 (capability 12.1): 8192
-    tokens, 1024 seqs; otherwise (T4, A10G, L4, A100): 2048 tokens, 256 seqs. The memory is the device's total as
-    the platform reports it, the name is compared lowercased.
-    """
-    gib = gpu_memory_bytes / GIB
-    if gpu_memory_bytes >= 160 * GIB:
-        return BatchDefaults(16384, 1024, f"{gib:.1f} GiB >= 160 GiB")
-    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() and tuple(capability) != GB10_CAPABILITY:
-        return BatchDefaults(8192, 1024, f"{gib:.1f} GiB >= 70 GiB, not an A100 or GB10")
-    if gpu_memory_bytes >= 70 * GIB:
-        why = "an A100 by name" if "a100" in gpu_name.lower() else "GB10 (capability 12.1)"
-        return BatchDefaults(2048, 256, f"{gib:.1f} GiB but {why}: vLLM keeps it on the small tier")
-    return BatchDefaults(2048, 256, f"{gib:.1f} GiB < 70 GiB")
-
-
-def default_max_num_batched_tokens(gpu_memory_bytes: int, gpu_name: str = "",
-                                   capability: tuple[int, int] = (0, 0)) -> int:
-    """vLLM's default `--max-num-batched-tokens` for `vllm serve` on this GPU (`vllm_batch_defaults`)."""
-    return vllm_batch_defaults(gpu_memory_bytes, gpu_name, capability).max_num_batched_tokens
 
 
 def max_in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool = True) -> int:

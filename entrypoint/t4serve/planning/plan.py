@@ -20,7 +20,16 @@ from t4serve.config.kvflags import PLAN_BLOCK_SIZE, kv_flags
 from t4serve.config.settings import KV_PROFILE, Settings
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
-from t4serve.gpus import KnownGpu, known_gpu, match_known_gpu
+from t4serve.gpus import (
+    BF16_MIN_CAPABILITY,
+    FLASH_ATTENTION_MIN_CAPABILITY,
+    KNOWN_GPU_UUID_PREFIX,
+    KnownGpu,
+    format_capability,
+    known_gpu,
+    match_known_gpu,
+    sized_as_device,
+)
 from t4serve.patch.clamp import (
     MIN_CLAMPED_HEAD,
     SHARED_MEMORY_ENV,
@@ -33,14 +42,8 @@ from t4serve.planning.derived import Derived, format_bytes
 from t4serve.planning.sizing import Sizing, SizingInputs, size
 from t4serve.serde import to_dict
 
-# Turing (7.5) and older have no bfloat16 datapath; Ampere (8.0) is the first with one.
-BF16_MIN_CAPABILITY = (8, 0)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-# vLLM's FlashAttention and FlashInfer backends need capability 8.0; below it vLLM runs its Triton attention.
-TRITON_ONLY_BELOW = (8, 0)
 TRITON_ATTENTION = "TRITON_ATTN"
-# A device taken from the known-GPU table (`plan --gpu t4`) carries this uuid prefix instead of a real uuid.
-KNOWN_GPU_UUID_PREFIX = "known:"
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class Plan:
     def summary(self) -> str:
         lines = [f"command: {self.command_line()}", ""]
         gpu = (
-            f"{self.gpu.name}, capability {_cap(self.gpu.compute_capability)}, "
+            f"{self.gpu.name}, capability {format_capability(self.gpu.compute_capability)}, "
             f"{format_bytes(self.gpu.memory_total_bytes)} ({self.gpu_origin})"
             if self.gpu
             else "none visible"
@@ -149,10 +152,6 @@ def _sizing_items(sizing: Sizing) -> list[tuple[str, Derived]]:
     return items
 
 
-def _cap(capability: tuple[int, int]) -> str:
-    return f"{capability[0]}.{capability[1]}"
-
-
 def head_sizes(model: ModelFacts | None) -> list[int]:
     """The attention head sizes of the model's layers (Gemma 4: 256 on sliding layers, 512 on full ones)."""
     if model is None:
@@ -181,7 +180,7 @@ def clamp_decision(gpu: GpuDevice | None, model: ModelFacts | None) -> tuple[boo
         return False, f"tile {UNCLAMPED_TILE} at head {padded} needs {need:,} B <= {have:,} B per block{unknown}"
     return True, (
         f"tile {UNCLAMPED_TILE} at head {padded} needs 2 x {padded} x (2 x {UNCLAMPED_TILE} + 2 x 16) = {need:,} B "
-        f"of shared memory per block; capability {_cap(gpu.compute_capability)} allows {have:,} B{unknown}"
+        f"of shared memory per block; capability {format_capability(gpu.compute_capability)} allows {have:,} B{unknown}"
     )
 
 
@@ -229,16 +228,15 @@ def choose_dtype(settings: Settings, gpu: GpuDevice | None, model: ModelFacts | 
         supported.remove("float16")
     preferred = supported[0]
     checkpoint = _checkpoint_dtype(model)
-    cap = _cap(gpu.compute_capability)
+    cap = format_capability(gpu.compute_capability)
     if checkpoint == "float32" or checkpoint is None:
         source = "a float32 checkpoint" if checkpoint == "float32" else "a checkpoint naming no dtype (float32)"
         return preferred, f"auto: {source} runs in {preferred}, vLLM's first dtype on capability {cap}"
     if checkpoint in supported:
         return checkpoint, f"auto: the checkpoint's dtype (config.json), capability {cap}"
     if gpu.compute_capability < BF16_MIN_CAPABILITY and refusal is None:
-        return "float16", (
-            f"auto: capability {cap} < {_cap(BF16_MIN_CAPABILITY)} has no bfloat16 datapath (Turing), so float16"
-        )
+        return "float16", (f"auto: capability {cap} < {format_capability(BF16_MIN_CAPABILITY)} has no bfloat16 "
+                           "datapath (Turing), so float16")
     if refusal is not None and preferred == "float32":
         return "float32", (
             f"auto: capability {cap} has no bfloat16 and vLLM refuses float16 here ({refusal}), so float32, as vLLM's "
@@ -277,18 +275,6 @@ def attention_backend(vllm_args: tuple[str, ...]) -> str | None:
     return None
 
 
-def sized_as_device(real: GpuDevice, card: KnownGpu) -> GpuDevice:
-    """`real` as the known `card`: its memory, capability and shared memory per block, the real device's identity,
-    free memory and clocks (T4SERVE_SIZE_AS)."""
-    return replace(
-        real,
-        name=f"{real.name} sized as {card.name}",
-        compute_capability=card.compute_capability,
-        memory_total_bytes=card.memory_bytes,
-        shared_memory_per_block=card.shared_memory_per_block,
-    )
-
-
 def scaled_utilization(utilization: float, card_bytes: int, real_bytes: int) -> float:
     """The `--gpu-memory-utilization` that gives vLLM on `real_bytes` the budget `utilization` gives on `card_bytes`:
     rounded down at 6 decimals, so vLLM's budget never exceeds the card's."""
@@ -317,7 +303,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         env_extra[SHARED_MEMORY_ENV] = str(card.shared_memory_per_block)
         notes.append(
             f"T4SERVE_SIZE_AS={card.key}: sized as {card.name} ({format_bytes(card.memory_bytes)}, capability "
-            f"{_cap(card.compute_capability)}) on {real.name} ({format_bytes(real.memory_total_bytes)}): "
+            f"{format_capability(card.compute_capability)}) on {real.name} ({format_bytes(real.memory_total_bytes)}): "
             f"--gpu-memory-utilization {settings.gpu_memory_utilization} x {card.memory_bytes:,} / "
             f"{real.memory_total_bytes:,} = {utilization}; the clamp assumes {card.shared_memory_per_block:,} B of "
             f"shared memory per block ({SHARED_MEMORY_ENV})"
@@ -364,7 +350,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         # 4 would pick 128 for 256-wide heads on capability 10.x.
         argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
     backend = attention_backend(settings.vllm_args)
-    if card is not None and card.compute_capability < TRITON_ONLY_BELOW and backend is None:
+    if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
         argv += ["--attention-backend", TRITON_ATTENTION]
         backend = TRITON_ATTENTION

@@ -13,6 +13,7 @@ from t4serve.config import kvflags
 from t4serve.config.kvflags import KVFlags
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
+from t4serve.gpus import vllm_batch_defaults
 from t4serve.planning import hostmem, kvcache
 from t4serve.planning.derived import Derived
 from t4serve.planning.roofline import roofline
@@ -307,7 +308,7 @@ def size(inputs: SizingInputs) -> Sizing:
     notes: list[str] = []
     flags = inputs.kv_flags
     block_size = flags.planned_block_size
-    defaults = kvcache.vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
+    defaults = vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
     derived_max, derived_how = derived_max_model_len(text)
     model_max = derived_max or VLLM_DEFAULT_MAX_LEN
     if inputs.max_model_len is not None:

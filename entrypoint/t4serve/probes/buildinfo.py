@@ -18,11 +18,12 @@ from pathlib import Path
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
 from t4serve.facts import BuildManifest, ClampProof
+from t4serve.gpus import TURING
 from t4serve.probes.manifest import probe_manifest
 from t4serve.serde import from_dict, to_dict
 
 # The compute capability the image exists for (Tesla T4, RTX 20xx) and the CUDA major its torch wheels are built for.
-REQUIRED_ARCH = "sm_75"
+REQUIRED_ARCH = f"sm_{TURING[0]}{TURING[1]}"
 REQUIRED_CUDA_MAJOR = "13"
 
 # Names accepted by `--expect NAME=VERSION`, mapped to the manifest field that must equal the version.

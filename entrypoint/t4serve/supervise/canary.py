@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from t4serve.gpus import BF16_MIN_CAPABILITY, format_capability
 from t4serve.httpclient import HttpFailure, fetch
 from t4serve.supervise.state import CanaryRecord
 
@@ -27,7 +28,7 @@ TIMEOUT_S = 120.0
 FP16_HINT = (
     "float16 overflow: Gemma's activations can exceed float16's range (65,504), which turns logits into NaN or "
     "garbage; this is the usual cause on Turing (no bfloat16). Use the QAT checkpoint (T4SERVE_MODEL=qat), or a GPU "
-    "with compute capability >= 8.0 and --dtype bfloat16"
+    f"with compute capability >= {format_capability(BF16_MIN_CAPABILITY)} and --dtype bfloat16"
 )
 
 

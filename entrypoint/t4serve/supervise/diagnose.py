@@ -12,7 +12,10 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from t4serve.gpus import BF16_MIN_CAPABILITY, format_capability
 from t4serve.supervise.phases import PHASES
+
+_BF16 = format_capability(BF16_MIN_CAPABILITY)
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,8 @@ _RULES: tuple[_Rule, ...] = (
         "bf16_on_turing",
         # vllm/platforms/cuda.py check_if_supports_dtype
         re.compile(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0"),
-        "bfloat16 was requested on a GPU without bf16 (compute capability below 8.0, e.g. Turing)",
-        "remove --dtype bfloat16 from T4SERVE_VLLM_ARGS; t4serve picks --dtype float16 below capability 8.0",
+        f"bfloat16 was requested on a GPU without bf16 (compute capability below {_BF16}, e.g. Turing)",
+        f"remove --dtype bfloat16 from T4SERVE_VLLM_ARGS; t4serve picks --dtype float16 below capability {_BF16}",
     ),
     _Rule(
         "driver_too_old",

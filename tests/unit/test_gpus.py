@@ -101,3 +101,11 @@ def test_batch_defaults_tiers_by_memory_name_and_capability() -> None:
     assert "GB10" in gb10.tier
     # Just under 70 GiB is the small tier whatever the name.
     assert vllm_batch_defaults(70 * gib - 1, "NVIDIA H100", (9, 0)).max_num_seqs == 256
+
+
+def test_the_settings_docs_name_the_tiers_vllm_batches_by() -> None:
+    from t4serve.config.settings import VARIABLES_BY_NAME
+
+    assert "(2048 below 70 GiB and on an A100, 8192 from 70 GiB, 16384 from 160 GiB)" in \
+        VARIABLES_BY_NAME["T4SERVE_MAX_NUM_BATCHED_TOKENS"].doc
+    assert "(256; 1024 on 70 GiB or more but an A100)" in VARIABLES_BY_NAME["T4SERVE_MAX_NUM_SEQS"].doc

@@ -8,18 +8,18 @@ import sys
 import click
 
 from t4serve.config.options import FloatText, IntText
-from t4serve.config.settings import VARIABLES_BY_NAME
+from t4serve.config.settings import default_of
 from t4serve.supervise.telemetry import LOG_EVERY_S, run
 
 
 @click.command("telemetry")
-@click.option("--host", default=VARIABLES_BY_NAME["T4SERVE_TELEMETRY_HOST"].default, show_default=True,
+@click.option("--host", default=default_of("T4SERVE_TELEMETRY_HOST"), show_default=True,
               help="Address /metrics binds (serve passes T4SERVE_TELEMETRY_HOST).")  # fmt: skip
 @click.option(
     "--port",
     type=IntText(0, 65535),
     # Not read from T4SERVE_TELEMETRY_PORT: there 0 means "no telemetry program", here it means "any free port".
-    default=int(VARIABLES_BY_NAME["T4SERVE_TELEMETRY_PORT"].default or 0),
+    default=int(default_of("T4SERVE_TELEMETRY_PORT")),
     show_default=True,
     help="Port of /metrics (0 picks a free one; serve passes T4SERVE_TELEMETRY_PORT).",
 )

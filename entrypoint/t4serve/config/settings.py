@@ -49,10 +49,19 @@ from t4serve.config.vllmflags import (
     vllm_flag_conflict,
 )
 from t4serve.errors import ConfigError
-from t4serve.gpus import KNOWN_GPUS, known_gpu
+from t4serve.gpus import (
+    BATCHED_TOKENS_TIERS_DOC,
+    BF16_MIN_CAPABILITY,
+    KNOWN_GPUS,
+    MAX_NUM_SEQS_TIERS_DOC,
+    SMALL_TIER,
+    format_capability,
+    known_gpu,
+)
 from t4serve.untrusted import REDACTED
 
 DTYPES = ("auto", "float16", "bfloat16", "float32")
+_BF16 = format_capability(BF16_MIN_CAPABILITY)
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
 _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
 PREFLIGHT_MODES = ("strict", "warn")
@@ -179,6 +188,9 @@ def _log_level(raw: str, ctx: Context) -> str:
     return choice(LOG_LEVELS, {"warn": "warning"})(raw, ctx)
 
 
+# T4SERVE_MAX_MODEL_LEN=auto plans this, unless the pool or the model says less: the published T4 deployment served
+# 16384-token requests (published-t4-run.md). t4serve.planning.sizing plans with it.
+DEFAULT_MAX_MODEL_LEN = 16384
 # Far above any context or batch a T4-class GPU serves; bounds that keep the sizing arithmetic in range.
 MAX_MODEL_LEN_LIMIT = 1 << 24
 MAX_NUM_SEQS_LIMIT = 1 << 16
@@ -210,22 +222,22 @@ VARIABLES: tuple[Variable, ...] = (
     secrets.API_KEY_FILE,
     Variable(
         "T4SERVE_MAX_MODEL_LEN", "max_model_len", None, "auto",
-        "Longest request in tokens (prompt + output); `auto`: 16384 (the published T4 setup), capped by the model "
-        "and by what one request fits in the KV cache.",
-        auto_or_int(16, 16384, MAX_MODEL_LEN_LIMIT), "16384", "--max-model-len",
+        f"Longest request in tokens (prompt + output); `auto`: {DEFAULT_MAX_MODEL_LEN} (the published T4 setup), "
+        "capped by the model and by what one request fits in the KV cache.",
+        auto_or_int(16, DEFAULT_MAX_MODEL_LEN, MAX_MODEL_LEN_LIMIT), str(DEFAULT_MAX_MODEL_LEN), "--max-model-len",
     ),
     Variable(
         "T4SERVE_MAX_NUM_SEQS", "max_num_seqs", None, "auto",
         "Requests decoded at once; `auto`: as many max-length requests as the KV cache holds at once, at most vLLM's "
-        "default for the planned GPU (256; 1024 on 70 GiB or more but an A100) and at most the batched tokens.",
+        f"default for the planned GPU ({MAX_NUM_SEQS_TIERS_DOC}) and at most the batched tokens.",
         auto_or_int(1, 8, MAX_NUM_SEQS_LIMIT), "8", "--max-num-seqs",
     ),
     Variable(
         "T4SERVE_MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", None, "auto",
         "Tokens the scheduler batches per step (`--max-num-batched-tokens`); `auto`: vLLM's default for the planned "
-        "GPU (2048 below 70 GiB and on an A100, 8192 from 70 GiB, 16384 from 160 GiB). The KV cache's sliding-window "
-        "groups and the activation peak are sized for it.",
-        auto_or_int(16, 2048), "2048", "--max-num-batched-tokens",
+        f"GPU ({BATCHED_TOKENS_TIERS_DOC}). The KV cache's sliding-window groups and the activation peak are sized "
+        "for it.",
+        auto_or_int(16, SMALL_TIER[0]), str(SMALL_TIER[0]), "--max-num-batched-tokens",
     ),
     Variable(
         "T4SERVE_SIZE_AS", "size_as", None, "(none)",
@@ -249,8 +261,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_DTYPE", "dtype", "auto", "auto",
-        "Compute dtype: `auto` is float16 below compute capability 8.0 (Turing has no bf16), else the checkpoint's; "
-        "`float16`, `bfloat16` (needs 8.0+), `float32`.",
+        f"Compute dtype: `auto` is float16 below compute capability {_BF16} (Turing has no bf16), else the "
+        f"checkpoint's; `float16`, `bfloat16` (needs {_BF16}+), `float32`.",
         choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
     ),
     Variable(
@@ -323,6 +335,14 @@ VARIABLES: tuple[Variable, ...] = (
 )  # fmt: skip
 
 VARIABLES_BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}
+
+
+def default_of(name: str) -> str:
+    """The table's default for the variable `name`, as a user would write it: the one place it is written."""
+    default = VARIABLES_BY_NAME[name].default
+    if default is None:
+        raise KeyError(f"{name} has no fixed default")
+    return default
 
 
 @dataclass(frozen=True)

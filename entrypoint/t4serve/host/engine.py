@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from t4serve.config.settings import default_of
 from t4serve.errors import EngineError
 from t4serve.untrusted import Untrusted, loads_json, printable
 
-API_PORT = 8000
-MANIFEST_PATH = "/etc/t4serve/build-manifest.json"
+# The image's defaults (compose.yaml publishes that port; the image's build writes the manifest there).
+API_PORT = int(default_of("T4SERVE_PORT"))
+MANIFEST_PATH = default_of("T4SERVE_MANIFEST")
 # The bound of an image build (scripts/build-image: minutes on a warm cache, up to an hour cold).
 BUILD_TIMEOUT_S = 3600.0
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from t4serve.config.settings import default_of
 from t4serve.errors import ConfigError, EngineError, T4ServeError
 from t4serve.host.engine import API_PORT, Engine, client_json
 from t4serve.mcp.calls import Progress, ToolGroup, blocking, guarded, in_thread, not_ready, redact, tail_text
@@ -24,7 +25,8 @@ from t4serve.untrusted import printable
 
 BENCH_TEXT_BYTES = 32 * 1024
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-BENCH_ROOT = "/cache/t4serve/bench"
+# In the container: its T4SERVE_CACHE_DIR (the cache volume) holds the runs.
+BENCH_ROOT = f"{default_of('T4SERVE_CACHE_DIR')}/bench"
 # A bench progress line ("[####......] 3/8 qat in=512 c=1 r=1: ..."): runs done and planned.
 BENCH_PROGRESS = re.compile(r"^\[[#.]+\] ([0-9]+)/([0-9]+) ", re.MULTILINE)
 

@@ -11,7 +11,7 @@ import json
 import math
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from t4serve import apiguard
@@ -74,15 +74,15 @@ class Plan:
     # `--attention-backend` as the user passed it in T4SERVE_VLLM_ARGS; None leaves the choice to vLLM.
     attention_backend: str | None
     # What `--gpu-memory-utilization` gets: the setting, scaled by T4SERVE_SIZE_AS to the named card's budget.
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float
     # The known GPU's key under T4SERVE_SIZE_AS, else None.
-    sized_as: str | None = None
+    sized_as: str | None
     # T4SERVE_COMPILE in words: the rung the first start uses and what happens after a compile out-of-memory.
-    compile_summary: str = ""
+    compile_summary: str
     # Where the GPU telemetry program serves /metrics (T4SERVE_TELEMETRY_HOST, _PORT); port 0: no telemetry program.
-    telemetry_host: str = "0.0.0.0"
-    telemetry_port: int = 0
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    telemetry_host: str
+    telemetry_port: int
+    notes: tuple[str, ...]
 
     def command_line(self) -> str:
         return shlex.join(self.argv)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from t4serve.config import kvflags
 from t4serve.config.kvflags import KVFlags
+from t4serve.config.settings import DEFAULT_MAX_MODEL_LEN
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
 from t4serve.gpus import vllm_batch_defaults
@@ -20,10 +21,6 @@ from t4serve.planning.roofline import roofline
 from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
 from t4serve.probes.hfconfig import SIZING_FIELDS
 from t4serve.units import GIB
-
-# The published T4 deployment served 16384-token requests (published-t4-run.md); plan that unless the pool or model says
-# less.
-DEFAULT_MAX_MODEL_LEN = 16384
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
 # checkpoint. Calibrated once on the published bf16 T4 run (published-t4-run.md): 15 GiB x 0.9 = 13.5 GiB requested,
@@ -362,7 +359,8 @@ def size(inputs: SizingInputs) -> Sizing:
                    if inputs.dtype_bytes == 4 else ""),
         )
 
-    # max_model_len: the setting, else the published 16384 capped by the model and by what one request can fit.
+    # max_model_len: the setting, else the published DEFAULT_MAX_MODEL_LEN capped by the model and by what one
+    # request can fit.
     if inputs.max_model_len is not None:
         max_len = Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
         check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, inputs.max_model_len)

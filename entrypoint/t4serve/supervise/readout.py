@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from t4serve.config.settings import VARIABLES_BY_NAME
+from t4serve.config.settings import default_of
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise import history
 from t4serve.supervise.logwatch import compare, format_comparison
@@ -20,7 +20,7 @@ from t4serve.units import fmt_duration
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("T4SERVE_STATE_DIR") or VARIABLES_BY_NAME["T4SERVE_STATE_DIR"].default or "")
+    return Path(os.environ.get("T4SERVE_STATE_DIR") or default_of("T4SERVE_STATE_DIR"))
 
 
 # The one --state-dir option of the commands that read the server's state (healthcheck, status).

@@ -281,56 +281,59 @@ def scaled_utilization(utilization: float, card_bytes: int, real_bytes: int) -> 
     return math.floor(utilization * card_bytes / real_bytes * 1e6) / 1e6
 
 
-def plan(settings: Settings, facts: Facts) -> Plan:
-    """The Plan for these settings on this (probed, recorded or known) machine."""
+@dataclass(frozen=True)
+class _Card:
+    """The GPU planned for: the device (the real one, or it as the T4SERVE_SIZE_AS card), the known card it is sized
+    as, the --gpu-memory-utilization that gives vLLM that card's budget, vLLM's extra environment and the notes."""
+
+    gpu: GpuDevice | None
+    sized_as: KnownGpu | None
+    utilization: float
+    env: dict[str, str]
+    notes: list[str]
+
+
+def _card(settings: Settings, facts: Facts) -> _Card:
+    """Device 0 of the facts, sized as T4SERVE_SIZE_AS's card where it is set (never a card larger than it)."""
     real = facts.gpu.devices[0] if facts.gpu.devices else None
     card = known_gpu(settings.size_as) if settings.size_as else None
-    gpu = sized_as_device(real, card) if real is not None and card is not None else real
-    utilization = settings.gpu_memory_utilization
-    notes: list[str] = []
-    env_extra: dict[str, str] = {}
-    if real is not None and card is not None and card.memory_bytes > real.memory_total_bytes:
-        # Sizing as a bigger card would ask vLLM for more than this one holds (--gpu-memory-utilization above 1).
-        raise ConfigError(
-            f"T4SERVE_SIZE_AS={card.key}: {card.name} is larger than the card present",
-            found=f"{card.name} ({format_bytes(card.memory_bytes)}) on {real.name} "
-            f"({format_bytes(real.memory_total_bytes)})",
-            required="a known card no larger than the one present: T4SERVE_SIZE_AS shrinks a card, it cannot grow one",
-            fix="unset T4SERVE_SIZE_AS, or name a card no larger than this one (e.g. t4)",
-        )
-    if real is not None and card is not None:
+    if real is None or card is None:
+        gpu, utilization, env, notes = real, settings.gpu_memory_utilization, {}, []
+    else:
+        if card.memory_bytes > real.memory_total_bytes:
+            # Sizing as a bigger card would ask vLLM for more than this one holds (--gpu-memory-utilization above 1).
+            raise ConfigError(
+                f"T4SERVE_SIZE_AS={card.key}: {card.name} is larger than the card present",
+                found=f"{card.name} ({format_bytes(card.memory_bytes)}) on {real.name} "
+                f"({format_bytes(real.memory_total_bytes)})",
+                required="a known card no larger than the one present: T4SERVE_SIZE_AS shrinks a card, it cannot "
+                "grow one",
+                fix="unset T4SERVE_SIZE_AS, or name a card no larger than this one (e.g. t4)",
+            )
+        gpu = sized_as_device(real, card)
         utilization = scaled_utilization(settings.gpu_memory_utilization, card.memory_bytes, real.memory_total_bytes)
-        env_extra[SHARED_MEMORY_ENV] = str(card.shared_memory_per_block)
-        notes.append(
+        env = {SHARED_MEMORY_ENV: str(card.shared_memory_per_block)}
+        notes = [
             f"T4SERVE_SIZE_AS={card.key}: sized as {card.name} ({format_bytes(card.memory_bytes)}, capability "
-            f"{format_capability(card.compute_capability)}) on {real.name} ({format_bytes(real.memory_total_bytes)}): "
-            f"--gpu-memory-utilization {settings.gpu_memory_utilization} x {card.memory_bytes:,} / "
+            f"{format_capability(card.compute_capability)}) on {real.name} ({format_bytes(real.memory_total_bytes)}):"
+            f" --gpu-memory-utilization {settings.gpu_memory_utilization} x {card.memory_bytes:,} / "
             f"{real.memory_total_bytes:,} = {utilization}; the clamp assumes {card.shared_memory_per_block:,} B of "
             f"shared memory per block ({SHARED_MEMORY_ENV})"
-        )
-    model = facts.model
-    dtype, dtype_reason = choose_dtype(settings, gpu, model)
-    clamp_needed, clamp_reason = clamp_decision(gpu, model)
-    sizing, sizing_error = _size(settings, facts, gpu, dtype, card)
+        ]
     if gpu is not None and len(facts.gpu.devices) > 1:
         notes.append(f"{len(facts.gpu.devices)} GPUs visible; t4serve serves one (device 0: {gpu.name})")
+    return _Card(gpu, card, utilization, env, notes)
 
-    model_arg = model.local_path if model is not None and model.local_path else settings.model.target
-    model_source = model.source if model is not None else "not probed"
 
-    argv: list[str] = ["vllm", "serve", model_arg]
-    argv += ["--host", settings.host, "--port", str(settings.port)]
-    argv += ["--served-model-name", settings.served_model_name]
-    argv += ["--dtype", dtype]
-    # The KV cache sizing assumes 16-bit KV entries in the model dtype, and t4serve serves a single GPU.
-    argv += ["--kv-cache-dtype", "auto", "--tensor-parallel-size", "1"]
-    argv += ["--gpu-memory-utilization", _float(utilization)]
+def _sized_flags(settings: Settings, sizing: Sizing | None) -> list[str]:
+    """The flags the sizing decides (the settings' values where sizing could not run)."""
     max_model_len = int(sizing.max_model_len.value) if sizing else settings.max_model_len
     max_num_seqs = int(sizing.max_num_seqs.value) if sizing else settings.max_num_seqs
     batched = int(sizing.max_num_batched_tokens.value) if sizing else settings.max_num_batched_tokens
     kv_bytes = kv_size if isinstance(kv_size := settings.kv_cache_memory_bytes, int) else None
     if sizing is not None:
         kv_bytes = int(sizing.kv_cache_memory_bytes.value) if sizing.kv_cache_memory_bytes is not None else None
+    argv: list[str] = []
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
     if max_num_seqs is not None:
@@ -339,21 +342,48 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         argv += ["--max-num-batched-tokens", str(batched)]
     if kv_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(kv_bytes)]
+    return argv
+
+
+def _attention_flags(settings: Settings, card: KnownGpu | None) -> tuple[list[str], str | None]:
+    """`--attention-backend` where t4serve sets it, and the backend the server runs: the user's (T4SERVE_VLLM_ARGS),
+    Triton for a card below FlashAttention's capability it is sized as, else vLLM's choice (None)."""
+    backend = attention_backend(settings.vllm_args)
+    if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
+        # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
+        return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
+    return [], backend
+
+
+def plan(settings: Settings, facts: Facts) -> Plan:
+    """The Plan for these settings on this (probed, recorded or known) machine: the card, the dtype, the clamp, the
+    sizing, then the `vllm serve` command line and the environment vLLM runs in."""
+    card = _card(settings, facts)
+    gpu, model = card.gpu, facts.model
+    dtype, dtype_reason = choose_dtype(settings, gpu, model)
+    clamp_needed, clamp_reason = clamp_decision(gpu, model)
+    sizing, sizing_error = _size(settings, facts, gpu, dtype, card.sized_as)
+    model_arg = model.local_path if model is not None and model.local_path else settings.model.target
+
+    argv: list[str] = ["vllm", "serve", model_arg]
+    argv += ["--host", settings.host, "--port", str(settings.port)]
+    argv += ["--served-model-name", settings.served_model_name]
+    argv += ["--dtype", dtype]
+    # The KV cache sizing assumes 16-bit KV entries in the model dtype, and t4serve serves a single GPU.
+    argv += ["--kv-cache-dtype", "auto", "--tensor-parallel-size", "1"]
+    argv += ["--gpu-memory-utilization", _float(card.utilization)]
+    argv += _sized_flags(settings, sizing)
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
     # The API key on every route but health, metrics and the version: vLLM's own guard covers /v1 and a few other
     # prefixes only (t4serve.apiguard says which routes it leaves open). A no-op while no key is set.
     argv += ["--middleware", apiguard.MIDDLEWARE]
-    flags = kv_flags(settings.vllm_args)
-    if flags.block_size is None:
+    if kv_flags(settings.vllm_args).block_size is None:
         # Pinned, so the KV figures hold whichever attention backend vLLM picks: at 16 tokens every backend vLLM 0.33
         # accepts on these GPUs lays the cache out alike (tests/image/test_kv_oracle_families.py), where FlashAttention
         # 4 would pick 128 for 256-wide heads on capability 10.x.
         argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
-    backend = attention_backend(settings.vllm_args)
-    if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
-        # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
-        argv += ["--attention-backend", TRITON_ATTENTION]
-        backend = TRITON_ATTENTION
+    attention, backend = _attention_flags(settings, card.sized_as)
+    argv += attention
     argv += list(settings.vllm_args)
 
     env = {
@@ -361,11 +391,11 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         "HF_HUB_OFFLINE": "1" if settings.hf_hub_offline else "0",
         # vLLM's own logger follows t4serve's level, so one variable quiets or opens both.
         "VLLM_LOGGING_LEVEL": settings.log_level.upper(),
-        **env_extra,
+        **card.env,
     }
     return Plan(
         model=model_arg,
-        model_source=model_source,
+        model_source=model.source if model is not None else "not probed",
         served_model_name=settings.served_model_name,
         host=settings.host,
         port=settings.port,
@@ -380,12 +410,12 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         clamp_needed=clamp_needed,
         clamp_reason=clamp_reason,
         attention_backend=backend,
-        gpu_memory_utilization=utilization,
-        sized_as=card.key if card is not None else None,
+        gpu_memory_utilization=card.utilization,
+        sized_as=card.sized_as.key if card.sized_as is not None else None,
         compile_summary=compile_summary(settings),
         telemetry_host=settings.telemetry_host,
         telemetry_port=settings.telemetry_port,
-        notes=tuple(notes),
+        notes=tuple(card.notes),
     )
 
 

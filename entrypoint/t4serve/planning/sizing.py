@@ -14,7 +14,7 @@ from t4serve.config.kvflags import KVFlags
 from t4serve.config.settings import DEFAULT_MAX_MODEL_LEN
 from t4serve.errors import ConfigError
 from t4serve.facts import HostFacts, ModelFacts
-from t4serve.gpus import vllm_batch_defaults
+from t4serve.gpus import BatchDefaults, vllm_batch_defaults
 from t4serve.planning import hostmem, kvcache
 from t4serve.planning.derived import Derived
 from t4serve.planning.roofline import roofline
@@ -299,54 +299,79 @@ def check_batched_covers_max_model_len(flags: KVFlags, batched_setting: int | No
     )
 
 
-def size(inputs: SizingInputs) -> Sizing:
-    model = inputs.model
-    text = text_config(model)
-    notes: list[str] = []
-    flags = inputs.kv_flags
-    block_size = flags.planned_block_size
-    defaults = vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability)
-    derived_max, derived_how = derived_max_model_len(text)
+@dataclass(frozen=True)
+class _Shape:
+    """What every step of `size` reads: the inputs, the text config, the KV flags and vLLM's batch defaults for the GPU,
+    and the two functions of a max_model_len the steps share."""
+
+    inputs: SizingInputs
+    text: dict[str, object]
+    flags: KVFlags
+    defaults: BatchDefaults
+
+    def batched_for(self, length: int) -> int:
+        """The batched tokens for a max_model_len: the setting, else vLLM's default, which vLLM itself raises to
+        max_model_len when chunked prefill is off (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
+        if self.inputs.max_num_batched_tokens is not None:
+            return self.inputs.max_num_batched_tokens
+        if self.flags.chunked_prefill:
+            return self.defaults.max_num_batched_tokens
+        return max(self.defaults.max_num_batched_tokens, length)
+
+    def layout(self, length: int) -> kvcache.KVLayout:
+        return kvcache.kv_layout(self.text, dtype_bytes=self.inputs.dtype_bytes, max_model_len=length,
+                                 max_num_batched_tokens=self.batched_for(length),
+                                 async_scheduling=self.flags.async_scheduling,
+                                 block_size=self.flags.planned_block_size,
+                                 hybrid_kv_cache_manager=self.flags.hybrid_kv_cache_manager)
+
+    def seqs_cap(self, batched: int) -> int:
+        """vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len)."""
+        return min(self.defaults.max_num_seqs, batched)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The max_model_len to aim for before the pool is known, and what bounds it."""
+
+    length: int
+    # The model's maximum (or the set length, where VLLM_ALLOW_LONG_MAX_MODEL_LEN lets it past), and how it was read.
+    model_max: int
+    model_how: str
+    # Without chunked prefill an auto length stops at the set batched tokens.
+    capped_by_batched: bool
+
+
+def _target(shape: _Shape, notes: list[str]) -> _Target:
+    """The setting, else DEFAULT_MAX_MODEL_LEN within the model's maximum (and the set batched tokens when chunked
+    prefill is off); a set length above the model's is vLLM's refusal, or a note where vLLM would accept it."""
+    inputs = shape.inputs
+    derived_max, derived_how = derived_max_model_len(shape.text)
     model_max = derived_max or VLLM_DEFAULT_MAX_LEN
     if inputs.max_model_len is not None:
-        long_note = check_max_model_len_within_the_model(text, inputs.max_model_len, inputs.allow_long_max_model_len)
+        long_note = check_max_model_len_within_the_model(shape.text, inputs.max_model_len,
+                                                         inputs.allow_long_max_model_len)
         if long_note is not None:
             notes.append(long_note)
             model_max = inputs.max_model_len
     target = inputs.max_model_len or min(DEFAULT_MAX_MODEL_LEN, model_max)
-    capped_by_batched = (inputs.max_model_len is None and not flags.chunked_prefill
-                         and inputs.max_num_batched_tokens is not None and inputs.max_num_batched_tokens < target)
-    if capped_by_batched and inputs.max_num_batched_tokens is not None:
+    capped = (inputs.max_model_len is None and not shape.flags.chunked_prefill
+              and inputs.max_num_batched_tokens is not None and inputs.max_num_batched_tokens < target)
+    if capped and inputs.max_num_batched_tokens is not None:
         # Without chunked prefill vLLM takes no request longer than the batched tokens: the auto length stops there.
         target = inputs.max_num_batched_tokens
+    return _Target(target, model_max, derived_how, capped)
 
-    def batched_for(length: int) -> int:
-        """The batched tokens for a max_model_len: the setting, else vLLM's default, which vLLM itself raises to
-        max_model_len when chunked prefill is off (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
-        if inputs.max_num_batched_tokens is not None:
-            return inputs.max_num_batched_tokens
-        if flags.chunked_prefill:
-            return defaults.max_num_batched_tokens
-        return max(defaults.max_num_batched_tokens, length)
 
-    def layout(length: int) -> kvcache.KVLayout:
-        return kvcache.kv_layout(text, dtype_bytes=inputs.dtype_bytes, max_model_len=length,
-                                 max_num_batched_tokens=batched_for(length), async_scheduling=flags.async_scheduling,
-                                 block_size=block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager)
-
-    batched = batched_for(target)
-    # vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len).
-    seqs_cap = min(defaults.max_num_seqs, batched)
-    check_seqs_within_batched(inputs.max_num_seqs, batched)
-
-    # The pool: a set --kv-cache-memory-bytes is used as is (vLLM skips profiling); else predicted. The activation
-    # term depends on max_num_seqs, so predict with the setting (or vLLM's default), then again with the choice.
-    seqs_guess = inputs.max_num_seqs or seqs_cap
+def _pool(shape: _Shape, max_num_seqs: int, batched: int) -> tuple[int, Derived]:
+    """The KV pool: a set --kv-cache-memory-bytes as is (vLLM skips profiling), else predicted for these seqs and
+    batched tokens; a ConfigError when nothing is left for it."""
+    inputs = shape.inputs
     if inputs.kv_cache_memory_bytes is not None:
         pool = inputs.kv_cache_memory_bytes
         pool_d = Derived(pool, "B", "T4SERVE_KV_CACHE_MEMORY_BYTES (vLLM skips memory profiling)", "setting")
     else:
-        pool, how = predict_pool(inputs, text, seqs_guess, batched)
+        pool, how = predict_pool(inputs, shape.text, max_num_seqs, batched)
         pool_d = Derived(pool, "B", how)
     if pool <= 0:
         raise ConfigError(
@@ -358,113 +383,153 @@ def size(inputs: SizingInputs) -> Sizing:
                 + ("; the weights are held in float32 here, twice their 16 bits (the plan's dtype line says why)"
                    if inputs.dtype_bytes == 4 else ""),
         )
+    return pool, pool_d
 
-    # max_model_len: the setting, else the published DEFAULT_MAX_MODEL_LEN capped by the model and by what one
-    # request can fit.
+
+def _max_model_len(shape: _Shape, target: _Target, pool: int) -> Derived:
+    """The setting, checked against the pool and the batched tokens; else the target cut to the largest length one
+    request fits in the pool."""
+    inputs = shape.inputs
     if inputs.max_model_len is not None:
-        max_len = Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
-        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, inputs.max_model_len)
-        if not kvcache.fits(layout(inputs.max_model_len), pool):
-            fit = kvcache.fit_max_model_len(layout, pool, model_max)
+        check_batched_covers_max_model_len(shape.flags, inputs.max_num_batched_tokens, inputs.max_model_len)
+        if not kvcache.fits(shape.layout(inputs.max_model_len), pool):
+            fit = kvcache.fit_max_model_len(shape.layout, pool, target.model_max)
             raise ConfigError(
                 "T4SERVE_MAX_MODEL_LEN does not fit the KV cache pool",
-                found=f"{inputs.max_model_len:,} tokens need {kvcache.min_pool_bytes(layout(inputs.max_model_len)):,}"
-                      f" B; the pool is {pool:,} B",
+                found=f"{inputs.max_model_len:,} tokens need "
+                      f"{kvcache.min_pool_bytes(shape.layout(inputs.max_model_len)):,} B; the pool is {pool:,} B",
                 required=f"at most {fit:,} tokens for this pool",
                 fix=f"set T4SERVE_MAX_MODEL_LEN={fit} or lower, or use the QAT checkpoint",
             )
-    else:
-        fit = kvcache.fit_max_model_len(layout, pool, target)
-        if fit == 0:
-            raise ConfigError(
-                "the KV cache pool cannot hold even one token",
-                found=f"pool {pool:,} B", required=f"at least {layout(1).bytes_per_block * 2:,} B",
-                fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
-            )
-        check_batched_covers_max_model_len(flags, inputs.max_num_batched_tokens, fit)
-        batched_cap = (f", T4SERVE_MAX_NUM_BATCHED_TOKENS {target:,} (chunked prefill off)" if capped_by_batched
-                       else "")
-        max_len = Derived(fit, "tokens",
-                          f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {model_max:,} ({derived_how})"
-                          f"{batched_cap}, largest one request fits in the pool) = {fit:,}")
-    length = int(max_len.value)
-    lay = layout(length)
-    if batched_for(length) != batched:
-        # Chunked prefill off: vLLM batches a whole max_model_len per step; the activations are sized for it.
-        batched = batched_for(length)
-        seqs_cap = min(defaults.max_num_seqs, batched)
-        if inputs.kv_cache_memory_bytes is None:
-            pool, how = predict_pool(inputs, text, inputs.max_num_seqs or seqs_cap, batched)
-            pool_d = Derived(pool, "B", how)
-    if inputs.max_num_batched_tokens is not None:
-        batched_d = Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
-    elif batched != defaults.max_num_batched_tokens:
-        batched_d = Derived(batched, "tokens", f"max({defaults.max_num_batched_tokens} vLLM's default for "
-                                               f"{defaults.tier}, max_model_len {length:,}): with chunked prefill "
-                                               "off vLLM batches a whole request per step")
-    else:
-        batched_d = Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
-                                               "(EngineArgs.get_batch_defaults); passed explicitly so vLLM "
-                                               "batches what the KV groups and activations were sized for")
-    seqs_cap_how = (f"vLLM's default {defaults.max_num_seqs} for {defaults.tier}" if seqs_cap == defaults.max_num_seqs
-                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
-    notes += [f"T4SERVE_VLLM_ARGS: {word} (in the KV figures)" for word in flags.describe()]
+        return Derived(inputs.max_model_len, "tokens", "T4SERVE_MAX_MODEL_LEN", "setting")
+    fit = kvcache.fit_max_model_len(shape.layout, pool, target.length)
+    if fit == 0:
+        raise ConfigError(
+            "the KV cache pool cannot hold even one token",
+            found=f"pool {pool:,} B", required=f"at least {shape.layout(1).bytes_per_block * 2:,} B",
+            fix="use the QAT checkpoint or raise T4SERVE_GPU_MEMORY_UTILIZATION",
+        )
+    check_batched_covers_max_model_len(shape.flags, inputs.max_num_batched_tokens, fit)
+    batched_cap = (f", T4SERVE_MAX_NUM_BATCHED_TOKENS {target.length:,} (chunked prefill off)"
+                   if target.capped_by_batched else "")
+    return Derived(fit, "tokens", f"min({DEFAULT_MAX_MODEL_LEN} as published, the model's {target.model_max:,} "
+                                  f"({target.model_how}){batched_cap}, largest one request fits in the pool) = {fit:,}")
 
-    # max_num_seqs: as many max-length requests as the pool holds at once (no preemption), capped at vLLM's default.
-    # The sampler's share of the activation peak grows with max_num_seqs, so choose and re-predict until stable.
+
+def _batched_tokens(shape: _Shape, batched: int, length: int) -> Derived:
+    """The batched tokens with their reason: the setting, vLLM's default, or max_model_len (chunked prefill off)."""
+    defaults = shape.defaults
+    if shape.inputs.max_num_batched_tokens is not None:
+        return Derived(batched, "tokens", "T4SERVE_MAX_NUM_BATCHED_TOKENS", "setting")
+    if batched != defaults.max_num_batched_tokens:
+        return Derived(batched, "tokens", f"max({defaults.max_num_batched_tokens} vLLM's default for "
+                                          f"{defaults.tier}, max_model_len {length:,}): with chunked prefill off vLLM "
+                                          "batches a whole request per step")
+    return Derived(batched, "tokens", f"vLLM's default for `vllm serve` on {defaults.tier} "
+                                      "(EngineArgs.get_batch_defaults); passed explicitly so vLLM batches what the KV "
+                                      "groups and activations were sized for")
+
+
+def _max_num_seqs(shape: _Shape, lay: kvcache.KVLayout, pool: int, pool_d: Derived, guess: int,
+                  batched: int) -> tuple[Derived, int, Derived]:
+    """The setting, else as many max-length requests as the pool holds at once (no preemption), capped at vLLM's
+    default and the batched tokens. The sampler's share of the activation peak grows with max_num_seqs, so a predicted
+    pool is predicted again for the choice until it is stable. Returns (max_num_seqs, the pool, its derivation)."""
+    inputs = shape.inputs
     if inputs.max_num_seqs is not None:
-        seqs = Derived(inputs.max_num_seqs, "seqs", "T4SERVE_MAX_NUM_SEQS", "setting")
-    else:
-        chosen = seqs_guess
-        for _ in range(8):
-            blocks = kvcache.capacity(lay, pool).num_blocks
-            held = blocks // lay.blocks_per_request
-            previous, chosen = chosen, max(1, min(seqs_cap, held))
-            if inputs.kv_cache_memory_bytes is not None or chosen == previous:
-                break
-            pool, how = predict_pool(inputs, text, chosen, batched)
-            pool_d = Derived(pool, "B", how)
-        seqs = Derived(chosen, "seqs",
-                       f"floor({blocks:,} blocks / {lay.blocks_per_request:,} per {length:,}-token request) = "
-                       f"{held}, capped at {seqs_cap_how}: every admitted request can reach "
-                       "max_model_len without preemption")
+        return Derived(inputs.max_num_seqs, "seqs", "T4SERVE_MAX_NUM_SEQS", "setting"), pool, pool_d
+    seqs_cap = shape.seqs_cap(batched)
+    seqs_cap_how = (f"vLLM's default {shape.defaults.max_num_seqs} for {shape.defaults.tier}"
+                    if seqs_cap == shape.defaults.max_num_seqs
+                    else f"max_num_batched_tokens {batched} (vLLM requires max_num_seqs <= it)")
+    chosen = guess
+    for _ in range(8):
+        blocks = kvcache.capacity(lay, pool).num_blocks
+        held = blocks // lay.blocks_per_request
+        previous, chosen = chosen, max(1, min(seqs_cap, held))
+        if inputs.kv_cache_memory_bytes is not None or chosen == previous:
+            break
+        pool, how = predict_pool(inputs, shape.text, chosen, batched)
+        pool_d = Derived(pool, "B", how)
+    length = lay.max_model_len
+    seqs = Derived(chosen, "seqs", f"floor({blocks:,} blocks / {lay.blocks_per_request:,} per {length:,}-token "
+                                   f"request) = {held}, capped at {seqs_cap_how}: every admitted request can reach "
+                                   "max_model_len without preemption")
+    return seqs, pool, pool_d
 
-    # --kv-cache-memory-bytes: whole blocks of the predicted pool, so tokens and concurrency are exactly these.
-    kv_bytes: Derived | None
-    if inputs.kv_cache_memory_bytes is not None:
-        kv_bytes = pool_d
-    elif inputs.kv_profile:
-        kv_bytes = None
-        pool_d = Derived(pool, "B", pool_d.how + "; a prediction only: vLLM profiles and sizes the pool itself")
+
+def _kv_cache_memory_bytes(shape: _Shape, lay: kvcache.KVLayout, pool: int, pool_d: Derived,
+                           notes: list[str]) -> tuple[Derived | None, int, Derived]:
+    """What --kv-cache-memory-bytes gets: the setting; none for `profile` (vLLM measures); else the predicted pool in
+    whole blocks, so tokens and concurrency are exactly these. Returns (it, the pool, its derivation)."""
+    if shape.inputs.kv_cache_memory_bytes is not None:
+        return pool_d, pool, pool_d
+    if shape.inputs.kv_profile:
         notes.append(
             "T4SERVE_KV_CACHE_MEMORY_BYTES=profile: vLLM measures the KV pool at start, so the KV figures here are "
             "predictions to compare with its log; on a card of a T4's size the measuring run can reach the card's "
             "limit and come out too large (vLLM 0.33.0 on the GPU host at 15 GiB: a 3.20 GiB pool against this "
             "plan's 2.81, 8 MB of the card left free; with memory to spare it measured 2.91 to 2.95 GiB)"
         )
-    else:
-        whole = pool // lay.bytes_per_block * lay.bytes_per_block
-        kv_bytes = Derived(whole, "B", f"predicted pool rounded down to whole {lay.bytes_per_block:,}-B blocks: vLLM "
-                                       "skips profiling and logs exactly the tokens below")
-        pool = whole
-        pool_d = Derived(whole, "B", pool_d.how + f"; rounded down to {whole // lay.bytes_per_block:,} blocks")
+        measured = "; a prediction only: vLLM profiles and sizes the pool itself"
+        return None, pool, Derived(pool, "B", pool_d.how + measured)
+    whole = pool // lay.bytes_per_block * lay.bytes_per_block
+    kv_bytes = Derived(whole, "B", f"predicted pool rounded down to whole {lay.bytes_per_block:,}-B blocks: vLLM "
+                                   "skips profiling and logs exactly the tokens below")
+    rounded = f"; rounded down to {whole // lay.bytes_per_block:,} blocks"
+    return kv_bytes, whole, Derived(whole, "B", pool_d.how + rounded)
+
+
+def _host_and_model_notes(inputs: SizingInputs, host: hostmem.HostMemory) -> list[str]:
+    """What the plan adds about loading on this host and about how the model's facts were read."""
+    model = inputs.model
+    notes = list(host.notes)
+    if inputs.host is not None and host.swap_to_add_bytes.value > 0:
+        notes.append(f"loading needs {host.need_bytes.format_value()}; vLLM has no lower-memory load path than its "
+                     f"default (eager loading would need {host.eager_need_bytes.format_value()})")
+    if model.source == "builtin":
+        notes.append(f"model facts are built in: {model.config.get('provenance')}")
+    return notes + config_reading_notes(model)
+
+
+def size(inputs: SizingInputs) -> Sizing:
+    """The figures of one server, step by step: the length to aim for, the batched tokens, the KV pool, max_model_len
+    within it, max_num_seqs, the --kv-cache-memory-bytes to pass, then capacity, host memory and the decode
+    ceiling."""
+    model = inputs.model
+    flags = inputs.kv_flags
+    shape = _Shape(inputs, text_config(model), flags,
+                   vllm_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name, inputs.compute_capability))
+    notes: list[str] = []
+    target = _target(shape, notes)
+    batched = shape.batched_for(target.length)
+    check_seqs_within_batched(inputs.max_num_seqs, batched)
+    # The activation term of the pool depends on max_num_seqs: predict with the setting (or vLLM's default) first.
+    seqs_guess = inputs.max_num_seqs or shape.seqs_cap(batched)
+    pool, pool_d = _pool(shape, seqs_guess, batched)
+    max_len = _max_model_len(shape, target, pool)
+    length = int(max_len.value)
+    lay = shape.layout(length)
+    if shape.batched_for(length) != batched:
+        # Chunked prefill off: vLLM batches a whole max_model_len per step; the activations are sized for it.
+        batched = shape.batched_for(length)
+        if inputs.kv_cache_memory_bytes is None:
+            pool, how = predict_pool(inputs, shape.text, inputs.max_num_seqs or shape.seqs_cap(batched), batched)
+            pool_d = Derived(pool, "B", how)
+    batched_d = _batched_tokens(shape, batched, length)
+    notes += [f"T4SERVE_VLLM_ARGS: {word} (in the KV figures)" for word in flags.describe()]
+    seqs, pool, pool_d = _max_num_seqs(shape, lay, pool, pool_d, seqs_guess, batched)
+    kv_bytes, pool, pool_d = _kv_cache_memory_bytes(shape, lay, pool, pool_d, notes)
     cap = kvcache.capacity(lay, pool)
     if cap.concurrency < float(seqs.value):
         notes.append(f"the pool holds {cap.concurrency:.2f} max-length requests but max_num_seqs is {int(seqs.value)}:"
                      " long requests will be preempted")
-
     host = hostmem.estimate(model, inputs.host)
-    notes += host.notes
-    if inputs.host is not None and host.swap_to_add_bytes.value > 0:
-        notes.append(f"loading needs {host.need_bytes.format_value()}; vLLM has no lower-memory load path than its "
-                     f"default (eager loading would need {host.eager_need_bytes.format_value()})")
     ceiling = roofline(model, context=length, dtype_bytes=inputs.dtype_bytes,
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
-    if model.source == "builtin":
-        notes.append(f"model facts are built in: {model.config.get('provenance')}")
-    notes += config_reading_notes(model)
+    notes += _host_and_model_notes(inputs, host)
     weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
-    buffers, buffers_how = buffers_in_gpu(text, batched, inputs.dtype_bytes)
+    buffers, buffers_how = buffers_in_gpu(shape.text, batched, inputs.dtype_bytes)
     return Sizing(
         max_model_len=max_len,
         max_num_batched_tokens=batched_d,
@@ -479,5 +544,5 @@ def size(inputs: SizingInputs) -> Sizing:
         swap_to_add_bytes=host.swap_to_add_bytes,
         decode_ceiling_tokens_per_s=ceiling,
         notes=notes,
-        block_size=block_size,
+        block_size=flags.planned_block_size,
     )

@@ -3,17 +3,22 @@
 One container, everything on 127.0.0.1: a word-level tokenizer built with `tokenizers`, two stand-ins (qat answers,
 bf16's engine is dead so every request fails), a tiny grid. Checks the folder (raw JSON, CSV, report, plots), the
 seed scheme (both models were sent the same prompts, cells and repeats different ones) and the failed model's rows.
+Then bench without --base-url in the stand-in image: each server it starts is the real `t4serve serve` (preflight,
+supervisord, the vLLM wrapper, the canary) over the stand-in, measured by the real client, stopped by SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from .conftest import REPO, RunInImage
+from .test_supervision import standin
 
 pytestmark = pytest.mark.image
+__all__ = ["standin"]  # the stand-in image fixture, shared with test_supervision
 
 SCRIPT = r"""
 set -eu
@@ -130,3 +135,71 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
     # 4 runs of 8 prompts; the initial test and warm-up requests reuse a run's first prompt. One shared seed would
     # give at most 9 distinct prompts.
     assert len(set(result["qat_prompts"])) >= 3 * 8
+
+
+# Bench starting its own servers: `t4serve serve` per model, in the stand-in image (the stand-in is `vllm serve`, the
+# real vLLM answers `vllm bench serve`). No GPU here: preflight warns instead of refusing.
+STARTED_SCRIPT = r"""
+set -eu
+mkdir -p /tmp/w
+python - <<'PY'
+import json, pathlib
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+out = pathlib.Path("/tmp/w/tok"); out.mkdir()
+vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(1000)}}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.decoder = decoders.WordPiece(prefix="##")
+tok.save(str(out / "tokenizer.json"))
+(out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+PY
+rc=0
+t4serve bench --models qat,bf16 --inputs 32 --concurrency 1 --repeats 1 --output-len 8 --num-warmups 1 \
+  --tokenizer /tmp/w/tok --ceiling qat=100,bf16=50 --ready-timeout 120 --output /tmp/w/out \
+  >/tmp/w/bench.out 2>/tmp/w/bench.err || rc=$?
+python - "$rc" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path("/tmp/w/out")
+states = {p.parent.name: json.loads(p.read_text()) for p in out.glob("servers/*/state.json")}
+specs = {p.parent.name: json.loads(p.read_text()) for p in out.glob("servers/*/run-spec.json")}
+logs = {p.name: p.read_text()[-4000:] for p in (out / "raw").glob("server_*.log")}
+# What a server started: supervisord, the vLLM wrapper (t4serve run-vllm) and `vllm serve`, by their first arguments.
+def started(pid):
+    try:
+        args = [a.decode() for a in (pid / "cmdline").read_bytes().split(b"\0")[:4]]
+    except OSError:
+        return False
+    names = [a.rsplit("/", 1)[-1] for a in args]
+    return "supervisord" in names or "run-vllm" in names or ("vllm" in names[:2] and "serve" in names)
+alive = sorted(p.name for p in pathlib.Path("/proc").iterdir() if p.name.isdigit() and started(p))
+print(json.dumps({"rc": int(sys.argv[1]), "runs": json.loads((out / "runs.json").read_text()),
+                  "states": states, "specs": specs, "logs": logs, "alive": alive,
+                  "stderr": pathlib.Path("/tmp/w/bench.err").read_text()[-3000:]}))
+PY
+"""
+
+
+def test_bench_starts_t4serve_serve_for_each_model(docker_bin: str, standin: str) -> None:
+    done = subprocess.run(
+        [docker_bin, "run", "--rm", "--entrypoint", "bash", "-e", "T4SERVE_PREFLIGHT=warn", "-e", "HF_HUB_OFFLINE=1",
+         "-e", "T4SERVE_DTYPE=float16", "-e", "T4SERVE_STANDIN_TOKEN_DELAY=0.005", standin, "-c", STARTED_SCRIPT],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rc"] == 0, result["stderr"]
+    runs = result["runs"]["runs"]
+    assert [(r["model"], r["error"]) for r in runs] == [("qat", None), ("bf16", None)], result["stderr"]
+    assert all(r["figures"]["completed"] == 8 and r["figures"]["failed"] == 0 for r in runs)
+    # Each model was served by t4serve serve: its own plan's checkpoint, ready only after the canary, then drained.
+    assert result["specs"]["qat"]["argv"][:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
+    assert result["specs"]["bf16"]["argv"][:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]
+    for model, state in result["states"].items():
+        phases = [m["phase"] for m in state["phases"]]
+        assert phases.index("canary") < phases.index("ready") < phases.index("stopping"), (model, phases)
+        assert state["canary"]["ok"], model
+    for name, log in result["logs"].items():
+        assert "t4serve: preflight:" in log and "vLLM stopped (exit 0)" in log, (name, log[-1500:])
+    # Nothing of either server outlives the sweep.
+    assert result["alive"] == []

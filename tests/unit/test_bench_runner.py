@@ -180,37 +180,76 @@ def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_not
     assert any(n.startswith("org/not-here: no roofline ceiling") for n in notes)
 
 
-def test_planned_servers_share_every_flag_but_the_checkpoint_and_its_name(tmp_path: Path) -> None:
-    from t4serve.bench.runner import plan_servers
+def serve_environ(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment `t4serve serve` runs in here: offline, folders under tmp_path, no telemetry, its own port, and
+    the stand-in for `vllm serve` first on PATH (a script that runs tests/standin/vllm_standin.py with this Python, so
+    the --middleware t4serve passes imports), supervisord from this venv after it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    vllm = bin_dir / "vllm"
+    vllm.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
+    vllm.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "T4SERVE_CACHE_DIR": str(tmp_path / "cache"),
+        "T4SERVE_PORT": str(free_port()),
+        "T4SERVE_TELEMETRY_PORT": "0",
+        "T4SERVE_SHUTDOWN_TIMEOUT": "5",
+        "TMPDIR": str(tmp_path),
+        "T4SERVE_STANDIN_LOAD_SECONDS": "0",
+        **extra,
+    }
 
-    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "T4SERVE_STATE_DIR": str(tmp_path / "s"),
-               "T4SERVE_CACHE_DIR": str(tmp_path / "c"), "PATH": os.environ.get("PATH", "")}
-    servers, notes = plan_servers(["qat", "bf16"], environ)
-    qat, bf16 = servers["qat"].argv, servers["bf16"].argv
-    assert qat[:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
-    assert bf16[:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]
-    assert qat[3:5] == ["--served-model-name", "google/gemma-4-E2B-it-qat-w4a16-ct"]
-    assert bf16[3:5] == ["--served-model-name", "google/gemma-4-E2B-it"]
-    assert qat[5:] == bf16[5:] and "--served-model-name" not in qat[5:]
-    assert notes == []
+
+def test_planned_servers_are_t4serve_serve_with_the_first_models_sized_settings(tmp_path: Path) -> None:
+    from t4serve.bench.servers import plan_servers
+    from t4serve.config.settings import Settings
+    from t4serve.pipeline import gather_facts, prepare
+    from t4serve.planning.plan import sized_settings
+
+    token_file = tmp_path / "hf_token"
+    token_file.write_text("hf_benchtokennotreal\n")
+    environ = serve_environ(tmp_path, HF_TOKEN_FILE=str(token_file), T4SERVE_API_KEY=API_KEY)
+    servers, _notes = plan_servers(["qat", "bf16"], environ, tmp_path / "out")
+    qat, bf16 = servers["qat"], servers["bf16"]
+    assert qat.argv() == bf16.argv() == [sys.executable, "-m", "t4serve", "serve"]
+    assert qat.state_dir == tmp_path / "out" / "servers" / "qat" != bf16.state_dir
+    assert qat.settings == {"T4SERVE_MODEL": "qat", "T4SERVE_STATE_DIR": str(qat.state_dir),
+                            "T4SERVE_ON_CONFIG_ERROR": "exit"}  # fmt: skip
+    # The second model carries the first one's sized flags (on this machine's GPU, or none without one).
+    first = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": "qat"})
+    reference, _ = prepare(first, gather_facts(first, environ))
+    assert {k: v for k, v in bf16.settings.items() if k not in ("T4SERVE_MODEL", "T4SERVE_STATE_DIR",
+                                                               "T4SERVE_ON_CONFIG_ERROR")} == sized_settings(reference)
+    # serve reads the secrets from the environment itself: bench passes none.
+    for server in servers.values():
+        text = repr(server) + server.describe()
+        assert "hf_benchtokennotreal" not in text and API_KEY not in text
 
 
-def test_a_server_that_dies_while_starting_fails_every_cell_of_its_model_visibly(tmp_path: Path) -> None:
+def test_a_server_that_t4serve_serve_refuses_fails_every_cell_of_its_model_visibly(tmp_path: Path) -> None:
+    """The real `t4serve serve`, strict preflight, no build manifest: it exits 3 before anything starts."""
     from t4serve.bench import grid
-    from t4serve.bench.runner import BenchOptions, PlannedServer, Progress, _run_model
+    from t4serve.bench.runner import BenchOptions, Progress, _run_model
+    from t4serve.bench.servers import plan_servers
 
-    opts = BenchOptions(["bf16"], [512], [1, 4], 2, 16, tmp_path, ready_timeout_s=30)
+    environ = serve_environ(tmp_path, T4SERVE_MANIFEST=str(tmp_path / "no-manifest.json"), T4SERVE_PREFLIGHT="strict")
+    servers, _ = plan_servers(["bf16"], environ, tmp_path)
+    opts = BenchOptions(["bf16"], [512], [1, 4], 2, 16, tmp_path, ready_timeout_s=60)
     cells = grid.cells(opts.inputs, opts.concurrencies, opts.repeats)
-    dead = PlannedServer(argv=[sys.executable, "-c", "raise SystemExit(3)"], env={}, url="http://127.0.0.1:9",
-                         tokenizer="unused")
     out = io.StringIO()
     runs: list[Run] = []
-    _run_model(opts, "bf16", cells, tmp_path, dead, Progress(len(cells), out), runs.append)
+    _run_model(opts, "bf16", cells, tmp_path, servers["bf16"], Progress(len(cells), out), runs.append,
+               environ=environ)
     assert len(runs) == len(cells) == 4
     assert [(r.concurrency, r.repeat) for r in runs] == [(c.concurrency, c.repeat) for c in cells]
-    assert all(r.figures is None and r.error for r in runs)
+    assert all(r.figures is None and r.error == "t4serve serve exited with code 3 before it was ready" for r in runs)
     assert all(r.telemetry is not None and r.telemetry.error == "server not running" for r in runs)
     assert out.getvalue().count("FAILED") == 4
+    # Its log is kept beside the runs: preflight's table says which check failed.
+    assert "manifest" in out.getvalue() and "preflight failed" in out.getvalue()
 
 
 API_KEY = "sk-bench-SECRET-key"
@@ -260,40 +299,41 @@ def test_run_bench_sends_the_api_key_to_a_keyed_server(tmp_path: Path, given_as:
         proc.wait(timeout=10)
 
 
-def test_a_started_server_gets_the_key_as_vllm_api_key(tmp_path: Path) -> None:
-    from t4serve.bench.runner import PlannedServer, running_server
-    from t4serve.config.secrets import Secret
+def test_bench_starts_t4serve_serve_waits_for_its_canary_and_stops_it_as_docker_stop_does(tmp_path: Path) -> None:
+    """`t4serve bench` without --base-url: the real `t4serve serve` (preflight, plan, supervisord, the vLLM wrapper,
+    the canary) with the stand-in as `vllm`, an API key, and a client that asks the server with the key."""
+    from t4serve.supervise.state import RUN_SPEC_FILE, read_run_spec, read_state
 
-    port = free_port()
-    argv = [sys.executable, str(STANDIN), "serve", "tiny", "--port", str(port), "--served-model-name", "served-qat"]
-    url = f"http://127.0.0.1:{port}"
-    server = PlannedServer(argv=argv, env={"T4SERVE_STANDIN_LOAD_SECONDS": "0"}, url=url, tokenizer="tok",
-                           api_key=Secret(API_KEY, "T4SERVE_API_KEY"))  # fmt: skip
-    assert API_KEY not in repr(server)
-    with running_server(server, tmp_path / "server.log", ready_timeout=20):
-        # The stand-in enforces VLLM_API_KEY as vLLM does: a 401 without the key proves the server got it.
-        with pytest.raises(BenchError, match="wants an API key and none was given"):
-            served_model_name(url)
-        assert served_model_name(url, api_key=API_KEY) == "served-qat"
-    assert API_KEY not in (tmp_path / "server.log").read_text()
-
-
-def test_a_started_server_gets_the_hub_token_from_hf_token_file_as_serve_gives_it(tmp_path: Path) -> None:
-    # serve reads HF_TOKEN_FILE and hands vLLM HF_TOKEN; a server bench starts must get the same, or a gated
-    # checkpoint that is not cached yet would fail to download only under bench.
-    from t4serve.bench.runner import plan_servers, server_environment
-
-    token_file = tmp_path / "hf_token"
-    token_file.write_text("hf_benchtokennotreal\n")
-    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "T4SERVE_STATE_DIR": str(tmp_path / "s"),
-               "T4SERVE_CACHE_DIR": str(tmp_path / "c"), "PATH": os.environ.get("PATH", ""),
-               "HF_TOKEN_FILE": str(token_file)}  # fmt: skip
-    servers, _notes = plan_servers(["qat"], environ)
-    server = servers["qat"]
-    assert "hf_benchtokennotreal" not in repr(server) and "hf_benchtokennotreal" not in " ".join(server.argv)
-    env = server_environment(server, environ)
-    assert env["HF_TOKEN"] == "hf_benchtokennotreal"
-    assert "HF_TOKEN_FILE" not in env and "VLLM_API_KEY" not in env
+    client = tmp_path / "fake-vllm"
+    client.write_text(KEYED_CLIENT.format(python=sys.executable))
+    client.chmod(0o755)
+    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn", T4SERVE_API_KEY=API_KEY)
+    out = tmp_path / "result"
+    opts = BenchOptions(["qat"], [32], [1], 1, 8, out, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
+                        vllm=str(client), ready_timeout_s=90)  # fmt: skip
+    stream = io.StringIO()
+    try:
+        run_bench(opts, environ=environ, stream=stream)
+    except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
+        assert "matplotlib" in str(exc)
+    runs_file = read_runs(out)
+    assert [r.error for r in runs_file.runs] == [None], stream.getvalue()
+    assert "starting qat: T4SERVE_MODEL=qat" in stream.getvalue()
+    state_dir = out / "servers" / "qat"
+    state = read_state(state_dir)
+    # Ready only after the canary; then stopped by SIGTERM, which the wrapper records as draining.
+    phases = [m.phase for m in state.phases]
+    assert phases.index("canary") < phases.index("ready") < phases.index("stopping"), phases
+    assert state.canary is not None and state.canary.ok
+    spec = read_run_spec(state_dir / RUN_SPEC_FILE)
+    assert spec.argv[:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
+    assert "--middleware" in spec.argv and "--shutdown-timeout" in spec.argv
+    log = (out / "raw" / "server_qat_in32_c1_r1.log").read_text()
+    assert "t4serve: preflight:" in log and "starting supervisord" in log
+    # The key reached vLLM only through the environment: in no file of the result folder.
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert API_KEY not in path.read_text(encoding="utf-8", errors="replace"), path
 
 
 # A client that finishes its first cell, then stops the sweep as Ctrl-C, `docker stop` or a CI timeout would:

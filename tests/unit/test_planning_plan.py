@@ -221,19 +221,28 @@ def test_max_num_batched_tokens_is_owned_by_the_plan_and_moves_its_kv_figures() 
     assert bigger.sizing.max_num_batched_tokens.source == "setting"
 
 
-def test_with_flags_of_keeps_the_checkpoint_and_name_and_takes_the_reference_flags() -> None:
-    from t4serve.planning.plan import with_flags_of
+def test_sized_settings_give_another_checkpoint_the_reference_flags() -> None:
+    """What bench gives every model after the first: set as settings, the second checkpoint's plan passes the first
+    one's sized flags, so the two servers differ only in the checkpoint."""
+    from t4serve.planning.plan import sized_settings, without_option
 
     reference = plan_for(t4(), T4SERVE_MODEL="qat")
-    other = plan_for(t4(), T4SERVE_MODEL="bf16", T4SERVE_VLLM_ARGS="--seed 7")
-    shared, note = with_flags_of(other, reference, "qat")
-    assert shared.argv[:5] == (*other.argv[:3], "--served-model-name", other.served_model_name)
-    assert "--seed" not in shared.argv and shared.argv[5:] == tuple(
-        a for a in reference.argv[3:] if a not in ("--served-model-name", reference.served_model_name)
-    )
-    assert note is not None and "--seed 7" in note and "it ran with qat's flags" in note
-    same, none = with_flags_of(reference, reference, "qat")
-    assert none is None and same.argv[5:] == shared.argv[5:] and same.model == reference.model
+    pinned = sized_settings(reference)
+    assert set(pinned) == {"T4SERVE_DTYPE", "T4SERVE_MAX_MODEL_LEN", "T4SERVE_MAX_NUM_SEQS",
+                           "T4SERVE_MAX_NUM_BATCHED_TOKENS", "T4SERVE_KV_CACHE_MEMORY_BYTES"}  # fmt: skip
+    own = plan_for(t4(), T4SERVE_MODEL="bf16")
+    pinned_bf16 = plan_for(t4(), T4SERVE_MODEL="bf16", **pinned)
+
+    def flags(p: Plan) -> tuple[str, ...]:
+        return without_option(p.argv[3:], "--served-model-name")
+
+    assert flags(own) != flags(reference)  # bf16's own plan sizes a smaller pool on a T4
+    assert flags(pinned_bf16) == flags(reference)
+    assert pinned_bf16.argv[2] == "google/gemma-4-E2B-it" and pinned_bf16.served_model_name == "google/gemma-4-E2B-it"
+    # Where sizing could not run, only a chosen dtype is pinned: the settings themselves are shared.
+    assert sized_settings(plan_for(no_gpu(), T4SERVE_MODEL="qat")) == {}
+    assert sized_settings(plan_for(no_gpu(), T4SERVE_MODEL="qat", T4SERVE_DTYPE="float16")) == {
+        "T4SERVE_DTYPE": "float16"}
 
 
 def test_without_option_drops_both_spellings() -> None:

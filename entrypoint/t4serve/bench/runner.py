@@ -1,11 +1,13 @@
-"""Run the sweep: per model (a running server at --base-url, or one started from t4serve's plan), per cell and
-repeat, vLLM's own `vllm bench serve`, with GPU telemetry sampled during each cell; then write the result folder.
+"""Run the sweep: per model (a running server at --base-url, or `t4serve serve` started as a user runs it:
+t4serve.bench.servers), per cell and repeat, vLLM's own `vllm bench serve`, with GPU telemetry sampled during each
+cell; then write the result folder.
 
 A run that fails (the client exits non-zero, times out, or writes no JSON) is recorded with its error and the tail
 of its log, and the sweep goes on; a server that never becomes ready fails every cell of its model, visibly.
-With an API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else OPENAI_API_KEY) the servers it starts get it as
-VLLM_API_KEY, `vllm bench serve` as OPENAI_API_KEY (vllm/benchmarks/lib/endpoint_request_func.py reads it for its
-Authorization header), and the /v1/models lookup as a bearer token; never on a command line or in the result folder.
+With an API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else OPENAI_API_KEY) the servers it starts read it as `serve`
+does (vLLM gets it as VLLM_API_KEY), `vllm bench serve` gets it as OPENAI_API_KEY
+(vllm/benchmarks/lib/endpoint_request_func.py reads it for its Authorization header), and the readiness check and the
+/v1/models lookup as a bearer token; never on a command line or in the result folder.
 """
 
 from __future__ import annotations
@@ -38,15 +40,13 @@ from t4serve.bench.results import (
     read_result,
     write_runs,
 )
+from t4serve.bench.servers import BenchServer, plan_servers, running_server, tail
 from t4serve.bench.serverside import MetricsSampler
 from t4serve.bench.telemetry import Sampler
-from t4serve.config.secrets import Secret, client_api_key, secret_environment
+from t4serve.config.secrets import client_api_key
 from t4serve.errors import BenchError, ConfigError, T4ServeError
-from t4serve.httpclient import HttpFailure, fetch, local_url
+from t4serve.httpclient import HttpFailure, fetch
 from t4serve.units import fmt_duration
-from t4serve.untrusted import Untrusted, read_tail_bounded
-
-LOG_TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -117,15 +117,6 @@ def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
         # Per-request TTFTs, latencies and (where the server sends them) its own queue times, kept in raw/.
         "--save-detailed",
     ]
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a log, read from its last 64 KiB only (a server's log may be gigabytes)."""
-    try:
-        text = read_tail_bounded(path, 64 * 1024, "the log").decode("utf-8", errors="replace")
-    except (OSError, Untrusted):
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def cell_run(
@@ -243,99 +234,6 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
     raise BenchError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    """Until /health answers 200; the server exiting or the timeout is a BenchError with its log's tail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BenchError(
-                f"the vLLM server exited with code {proc.returncode} before it was ready",
-                found=f"last lines of {log}:\n{tail(log)}",
-                required="a server that loads and answers /health",
-                fix="read the log above; `t4serve preflight` names most causes",
-            )
-        with contextlib.suppress(HttpFailure):
-            if fetch("GET", f"{url}/health", deadline_s=5.0).status == 200:
-                return
-        time.sleep(1.0)
-    raise BenchError(
-        f"the vLLM server was not ready within {timeout:.0f} s",
-        found=f"last lines of {log}:\n{tail(log)}",
-        required="/health answering 200",
-        fix="raise --ready-timeout for a cold start, or read the log",
-    )
-
-
-@dataclass
-class PlannedServer:
-    argv: list[str]
-    env: dict[str, str]
-    url: str
-    tokenizer: str
-    # Given to the server as VLLM_API_KEY and HF_TOKEN when it starts, as `serve` gives them to vLLM; Secrets, so
-    # the dataclass's repr never shows them.
-    api_key: Secret | None = None
-    hf_token: Secret | None = None
-
-
-def plan_servers(models: list[str], environ: Mapping[str, str]) -> tuple[dict[str, PlannedServer], list[str]]:
-    """Each model's server from t4serve's plan, all with the first model's flags (only the checkpoint differs):
-    `t4serve.planning.plan.with_flags_of` makes that argv; bench runs it as given."""
-    from t4serve.config.settings import Settings
-    from t4serve.pipeline import gather_facts, prepare
-    from t4serve.planning.plan import Plan, with_flags_of
-
-    servers: dict[str, PlannedServer] = {}
-    notes: list[str] = []
-    reference: Plan | None = None
-    for model in models:
-        settings = Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model})
-        plan, _findings = prepare(settings, gather_facts(settings, environ))
-        reference = reference or plan
-        plan, note = with_flags_of(plan, reference, models[0])
-        if note is not None:
-            notes.append(f"{model}: {note}")
-        servers[model] = PlannedServer(
-            argv=list(plan.argv),
-            env=dict(plan.env),
-            url=local_url(plan.host, plan.port),
-            tokenizer=plan.model,
-            api_key=settings.api_key,
-            hf_token=settings.hf_token,
-        )
-    return servers, notes
-
-
-def server_environment(server: PlannedServer, environ: Mapping[str, str]) -> dict[str, str]:
-    return secret_environment({**environ, **server.env}, hf_token=server.hf_token, api_key=server.api_key)
-
-
-@contextlib.contextmanager
-def running_server(server: PlannedServer, log: Path, ready_timeout: float) -> Iterator[None]:
-    env = server_environment(server, os.environ)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(server.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            wait_ready(server.url, proc, ready_timeout, log)
-            yield
-        finally:
-            stop_server(proc)
-
-
-def stop_server(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
-    """SIGTERM to the server's process group, wait with a bound, then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 def default_tokenizer(model: str) -> str:
     from t4serve.config.aliases import MODEL_ALIASES
 
@@ -419,9 +317,9 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     client_key = client_api_key(environ, "OPENAI_API_KEY")
     ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
-    planned: dict[str, PlannedServer] = {}
+    planned: dict[str, BenchServer] = {}
     if not opts.base_urls:
-        planned, plan_notes = plan_servers(opts.models, environ)
+        planned, plan_notes = plan_servers(opts.models, environ, opts.output)
         notes += plan_notes
     runs_file = RunsFile(
         schema=RUNS_SCHEMA,
@@ -449,7 +347,7 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     try:
         with _signals_interrupt():
             for model in opts.models:
-                _run_model(opts, model, cells, raw_dir, planned.get(model), progress, record, client_key)
+                _run_model(opts, model, cells, raw_dir, planned.get(model), progress, record, client_key, environ)
     except Interrupted as exc:
         runs_file = dataclasses.replace(runs_file, interrupted=exc.why)
         write_folder(opts.output, runs_file, out)
@@ -492,19 +390,21 @@ def _run_model(
     model: str,
     cells: list[grid.Cell],
     raw_dir: Path,
-    server: PlannedServer | None,
+    server: BenchServer | None,
     progress: Progress,
     record: Callable[[Run], None],
     api_key: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     done = 0  # cells of this model recorded so far
     try:
         with contextlib.ExitStack() as stack:
             if server is not None:
-                progress.stream.write(f"starting {model}: {shlex.join(server.argv)}\n")
-                stack.enter_context(running_server(server, raw_dir / f"server_{raw_name(model, cells[0])[:-5]}.log",
-                                                   opts.ready_timeout_s))  # fmt: skip
-                url, tokenizer = server.url, opts.tokenizers.get(model, server.tokenizer)
+                progress.stream.write(f"starting {model}: {server.describe()}\n")
+                log = raw_dir / f"server_{raw_name(model, cells[0])[:-5]}.log"
+                started = stack.enter_context(running_server(server, log, opts.ready_timeout_s,
+                                                             os.environ if environ is None else environ, api_key))
+                url, tokenizer = started.url, opts.tokenizers.get(model, started.checkpoint)
             else:
                 url, tokenizer = opts.base_urls[model].rstrip("/"), opts.tokenizers.get(model, default_tokenizer(model))
             name = served_model_name(url, api_key=api_key)

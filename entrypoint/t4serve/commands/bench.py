@@ -111,7 +111,8 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option(
     "--base-url",
     default=None,
-    help="Benchmark running servers instead of starting them: URL (one model) or MODEL=URL,MODEL=URL.",
+    help="Benchmark running servers instead of starting each model's `t4serve serve`: URL (one model) or "
+    "MODEL=URL,MODEL=URL.",
 )
 @click.option("--tokenizer", default=None, help="Tokenizer: PATH (for every model) or MODEL=PATH,...")
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
@@ -148,7 +149,8 @@ def command(
 ) -> None:
     """Run the published T4 sweep: per model, input length, concurrency and repeat, `vllm bench serve`.
 
-    Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json, report.md and PNG plots.
+    Without --base-url each model is served by `t4serve serve` (preflight, plan, canary, supervision), started and
+    stopped in turn. Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json, report.md and PNG plots.
     """
     if ctx.invoked_subcommand is not None:
         return

@@ -11,7 +11,7 @@ import json
 import math
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from t4serve import apiguard
@@ -471,21 +471,21 @@ def _size(
         return None, exc.message()
 
 
-def with_flags_of(plan: Plan, reference: Plan, reference_label: str) -> tuple[Plan, str | None]:
-    """`plan` serving its own checkpoint under its own name with `reference`'s other flags, so that two servers a
-    benchmark compares differ only in the checkpoint; and a note when `plan`'s own flags differed from those.
-
-    The argv becomes `vllm serve MODEL --served-model-name NAME` followed by the reference's flags less its name."""
-    own = without_option(plan.argv[3:], "--served-model-name")
-    shared = without_option(reference.argv[3:], "--served-model-name")
-    note = None
-    if own != shared:
-        note = (
-            f"its own plan's flags differ ({shlex.join(own)}); it ran with {reference_label}'s flags so that only "
-            "the checkpoint differs"
-        )
-    argv = (*plan.argv[:3], "--served-model-name", plan.served_model_name, *shared)
-    return replace(plan, argv=argv), note
+def sized_settings(plan: Plan) -> dict[str, str]:
+    """The settings that give another checkpoint's plan this plan's sized flags: max_model_len, max_num_seqs, the
+    batched tokens, the KV cache bytes and the dtype, as T4SERVE_* values, so that two servers a benchmark compares
+    differ only in the checkpoint (same architecture, same KV layout: the set values fit as they fit here). Only the
+    dtype where sizing could not run; the other settings are shared as they are."""
+    shared: dict[str, str] = {} if plan.dtype == "auto" else {"T4SERVE_DTYPE": plan.dtype}
+    sizing = plan.sizing
+    if sizing is None:
+        return shared
+    shared["T4SERVE_MAX_MODEL_LEN"] = str(int(sizing.max_model_len.value))
+    shared["T4SERVE_MAX_NUM_SEQS"] = str(int(sizing.max_num_seqs.value))
+    shared["T4SERVE_MAX_NUM_BATCHED_TOKENS"] = str(int(sizing.max_num_batched_tokens.value))
+    if sizing.kv_cache_memory_bytes is not None:
+        shared["T4SERVE_KV_CACHE_MEMORY_BYTES"] = str(int(sizing.kv_cache_memory_bytes.value))
+    return shared
 
 
 def without_option(argv: Sequence[str], option: str) -> tuple[str, ...]:

@@ -20,11 +20,8 @@ from .test_supervision import standin
 pytestmark = pytest.mark.image
 __all__ = ["standin"]  # the stand-in image fixture, shared with test_supervision
 
-SCRIPT = r"""
-set -eu
-mkdir -p /tmp/w/bin
-ln -s /t4tests/standin/vllm_standin.py /tmp/w/bin/vllm
-export PATH=/tmp/w/bin:$PATH HF_HUB_OFFLINE=1
+# A word-level tokenizer in /tmp/w/tok, built with `tokenizers`: `vllm bench serve` needs one it can load offline.
+MAKE_TOKENIZER = r"""
 python - <<'PY'
 import json, pathlib
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -37,6 +34,14 @@ tok.save(str(out / "tokenizer.json"))
 (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
     "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
 PY
+"""
+
+SCRIPT = r"""
+set -eu
+mkdir -p /tmp/w/bin
+ln -s /t4tests/standin/vllm_standin.py /tmp/w/bin/vllm
+export PATH=/tmp/w/bin:$PATH HF_HUB_OFFLINE=1
+""" + MAKE_TOKENIZER + r"""
 T4SERVE_STANDIN_TOKEN_DELAY=0.005 T4SERVE_STANDIN_PROMPT_LOG=/tmp/w/qat.prompts \
   vllm serve /tmp/w/tok --host 127.0.0.1 --port 8101 --served-model-name qat >/tmp/w/qat.log 2>&1 &
 T4SERVE_STANDIN_MODE=crash-after-ready T4SERVE_STANDIN_CRASH_AFTER=0 T4SERVE_STANDIN_DEAD_LINGER=900 \
@@ -142,18 +147,7 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
 STARTED_SCRIPT = r"""
 set -eu
 mkdir -p /tmp/w
-python - <<'PY'
-import json, pathlib
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-out = pathlib.Path("/tmp/w/tok"); out.mkdir()
-vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(1000)}}
-tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-tok.pre_tokenizer = pre_tokenizers.Whitespace()
-tok.decoder = decoders.WordPiece(prefix="##")
-tok.save(str(out / "tokenizer.json"))
-(out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-    "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
-PY
+""" + MAKE_TOKENIZER + r"""
 rc=0
 t4serve bench --models qat,bf16 --inputs 32 --concurrency 1 --repeats 1 --output-len 8 --num-warmups 1 \
   --tokenizer /tmp/w/tok --ceiling qat=100,bf16=50 --ready-timeout 120 --output /tmp/w/out \
@@ -163,7 +157,7 @@ import json, pathlib, sys
 out = pathlib.Path("/tmp/w/out")
 states = {p.parent.name: json.loads(p.read_text()) for p in out.glob("servers/*/state.json")}
 specs = {p.parent.name: json.loads(p.read_text()) for p in out.glob("servers/*/run-spec.json")}
-logs = {p.name: p.read_text()[-4000:] for p in (out / "raw").glob("server_*.log")}
+logs = {p.name: p.read_text()[:3000] + "\n...\n" + p.read_text()[-3000:] for p in (out / "raw").glob("server_*.log")}
 # What a server started: supervisord, the vLLM wrapper (t4serve run-vllm) and `vllm serve`, by their first arguments.
 def started(pid):
     try:

@@ -61,3 +61,20 @@ def test_a_line_moves_the_tracker_into_the_phase_whose_row_holds_it() -> None:
             assert tracker.phase == phase
         else:
             assert tracker.phase == "starting"
+
+
+def test_every_phase_is_entered_on_a_log_line_or_an_event_of_the_wrapper() -> None:
+    for phase in PHASES.values():
+        assert bool(phase.started_by) != bool(phase.entered_on), phase.name
+
+
+def test_the_architecture_document_holds_this_table() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start, end = "<!-- phases:start -->\n", "<!-- phases:end -->"
+    assert text.count(start) == 1 and text.count(end) == 1
+    assert text[text.index(start) + len(start):text.index(end)] == phases.markdown_table(), (
+        "docs/architecture.md's table of phases is out of date: put t4serve.supervise.phases.markdown_table() between "
+        "its markers"
+    )

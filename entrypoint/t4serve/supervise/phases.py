@@ -70,6 +70,8 @@ class Phase:
     before_weights_loaded: bool = False
     # The lines of vLLM's log that move the tracker into this phase.
     started_by: tuple[LogLine, ...] = ()
+    # What moves the wrapper into it where no log line does.
+    entered_on: str = ""
 
     @property
     def loading(self) -> bool:
@@ -79,11 +81,12 @@ class Phase:
 PHASES: dict[str, Phase] = {
     p.name: p
     for p in (
-        Phase("starting", "starting", 0, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET, before_weights_loaded=True),
+        Phase("starting", "starting", 0, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET, before_weights_loaded=True,
+              entered_on="the vLLM wrapper starts vLLM"),
         # "downloading" and "loading_weights" share a rank because vLLM logs "Starting to load model" before it
         # downloads (the download happens inside the loader), so the two can alternate.
         Phase("downloading", "downloading weights", 1, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET,
-              before_weights_loaded=True),
+              before_weights_loaded=True, entered_on="`*.incomplete` blobs in the HF cache"),
         Phase("loading_weights", "loading weights", 1, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET,
               before_weights_loaded=True, started_by=(
                   LogLine("load_start", re.compile(r"Starting to load model (\S+?)\.\.\."), (),
@@ -114,11 +117,14 @@ PHASES: dict[str, Phase] = {
                     older="0.26: get_kv_cache_configs, on a line of its own"),
         )),
         Phase("canary", "canary (server up, checking one greedy completion)", 4, NOT_READY_LOADING,
-              ALIVE_WITHIN_BUDGET),
-        Phase("ready", "ready", 5, READY_WHEN_ANSWERING, ALIVE_WHILE_ANSWERING),
-        Phase("canary_failed", "canary failed (server answers, but wrongly)", None, UNHEALTHY, ALIVE),
-        Phase("failed", "failed (vLLM exited)", None, UNHEALTHY, ALIVE),
-        Phase("stopping", "stopping (draining in-flight requests)", None, NOT_READY_STOPPING, ALIVE),
+              ALIVE_WITHIN_BUDGET, entered_on="/health answers"),
+        Phase("ready", "ready", 5, READY_WHEN_ANSWERING, ALIVE_WHILE_ANSWERING,
+              entered_on="the canary's right answer (/health, with T4SERVE_CANARY=off)"),
+        Phase("canary_failed", "canary failed (server answers, but wrongly)", None, UNHEALTHY, ALIVE,
+              entered_on="the canary's wrong answer"),
+        Phase("failed", "failed (vLLM exited)", None, UNHEALTHY, ALIVE, entered_on="vLLM exits"),
+        Phase("stopping", "stopping (draining in-flight requests)", None, NOT_READY_STOPPING, ALIVE,
+              entered_on="a stop signal"),
     )
 }  # fmt: skip
 
@@ -157,12 +163,8 @@ LOADING_PHASES: tuple[str, ...] = tuple(name for name, p in PHASES.items() if p.
 
 def markdown_table() -> str:
     """docs/architecture.md's table of phases (a unit test keeps the document equal to it)."""
-    lines = ["| phase | label | healthcheck | --liveness | vLLM's log line that starts it |", "|---|---|---|---|---|"]
+    lines = ["| phase | label | healthcheck | `healthcheck --liveness` | entered on |", "|---|---|---|---|---|"]
     for p in PHASES.values():
-        starts = "; ".join(f"`{line.vllm_format}` ({line.source_file})" for line in p.started_by) or "(none: "
-        if not p.started_by:
-            starts += {"downloading": "`*.incomplete` blobs in the HF cache", "canary": "/health answers",
-                       "ready": "the canary's answer", "canary_failed": "the canary's answer",
-                       "failed": "vLLM exited", "stopping": "a stop signal"}.get(p.name, "the first phase") + ")"
-        lines.append(f"| `{p.name}` | {p.label} | {p.readiness} | {p.liveness} | {starts} |")
+        entered = "; ".join(f"`{line.vllm_format}` (vllm/{line.source_file})" for line in p.started_by)
+        lines.append(f"| `{p.name}` | {p.label} | {p.readiness} | {p.liveness} | {entered or p.entered_on} |")
     return "\n".join(lines) + "\n"

@@ -283,10 +283,14 @@ def write_runs(folder: Path, runs_file: RunsFile) -> Path:
     return path
 
 
+def model_label(model: str) -> str:
+    """A model as a file name's part: an alias or repo id's `/` and anything else a path would read become `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+
+
 def raw_name(model: str, cell: Cell) -> str:
     """The file in raw/ that holds one run's `vllm bench serve` result; RAW_NAME reads it back."""
-    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
-    return f"{label}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
+    return f"{model_label(model)}_in{cell.input_len}_c{cell.concurrency}_r{cell.repeat}.json"
 
 
 RAW_NAME = re.compile(r"^(?P<model>.+)_in(?P<input>[0-9]+)_c(?P<c>[0-9]+)_r(?P<r>[0-9]+)\.json$", re.ASCII)

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from t4serve.bench.results import model_label
 from t4serve.errors import BenchError, T4ServeError
 from t4serve.httpclient import local_url
 from t4serve.supervise.health import check
@@ -91,7 +92,7 @@ def plan_servers(models: list[str], environ: Mapping[str, str],
                 notes.append(f"{model}: its own plan's flags differ ({shlex.join(mine)}); it ran with {models[0]}'s "
                              f"sized settings ({', '.join(f'{k}={v}' for k, v in pinned.items())}) so that only the "
                              "checkpoint differs")
-        state_dir = folder / "servers" / server_folder_name(model)
+        state_dir = folder / "servers" / model_label(model)
         servers[model] = BenchServer(
             model=model,
             settings={"T4SERVE_MODEL": model, "T4SERVE_STATE_DIR": str(state_dir), "T4SERVE_ON_CONFIG_ERROR": "exit",
@@ -100,11 +101,6 @@ def plan_servers(models: list[str], environ: Mapping[str, str],
             shutdown_timeout=settings.shutdown_timeout,
         )
     return servers, notes
-
-
-def server_folder_name(model: str) -> str:
-    """A model as one folder name: an alias or repo id's `/` and anything else a path would read become `_`."""
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in model).strip(".") or "model"
 
 
 @dataclass(frozen=True)

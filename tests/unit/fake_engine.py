@@ -4,13 +4,15 @@ and compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop,
 It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
 container, its log lines and the server's state file (what `t4serve status --json` prints in the container). `up`
 writes `state_on_up` as the state file, as t4serve in a started container does within seconds; with `exit_on_up` the
-container exits at once instead, with that code and `log_lines`, as one with a bad setting does. The
+container exits at once instead, with that code and `log_lines`, as one with a bad setting does; with
+`config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait. The
 container's /cache/t4serve/bench folder is a real folder under `root`, and `exec` of python3 runs the given script
 against it with this Python, so the tool's in-container reader runs for real. Every call is recorded in `calls`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
 from t4serve.serde import to_dict
-from t4serve.supervise.state import ServeState
+from t4serve.supervise.state import CONFIG_ERROR_WHAT, ServeState
 
 
 @dataclass
@@ -39,6 +41,9 @@ class FakeEngine:
     state: ServeState | None = None
     state_on_up: ServeState | None = None
     exit_on_up: int | None = None
+    # A configuration error t4serve waits after (T4SERVE_ON_CONFIG_ERROR=wait, compose.yaml's): the container runs,
+    # `t4serve status` answers exit 2 with it, and a stop ends it with exit 2.
+    config_error: str | None = None
     log_lines: list[str] = field(default_factory=list)
     api_port: int | None = None
     published_container_port: int = 8000
@@ -99,6 +104,14 @@ class FakeEngine:
     def service(self) -> ServiceContainer | None:
         return self.container
 
+    def stop(self, timeout: int) -> None:
+        """The container stops and is kept: with a configuration error t4serve then exits 2 (`config_error`)."""
+        self.calls.append(("stop", timeout))
+        if self.container is not None:
+            code = 2 if self.config_error is not None else 0
+            self.container = dataclasses.replace(self.container, state="exited", health=None, exit_code=code)
+            self.state = None
+
     def down(self, timeout: int) -> ServiceContainer | None:
         self.calls.append(("down", timeout))
         before, self.container, self.state = self.container, None, None
@@ -111,6 +124,8 @@ class FakeEngine:
     def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed:
         self.calls.append(("exec", (list(args), detach)))
         if list(args[:3]) == ["t4serve", "status", "--json"]:
+            if self.config_error is not None and self.container is not None and self.container.state == "running":
+                return Completed(2, "", f"t4serve: {CONFIG_ERROR_WHAT}\n  found: {self.config_error}\n")
             if self.state is None:
                 return Completed(2, "", "t4serve: cannot read the state file /tmp/t4serve/state.json")
             return Completed(0, json.dumps(to_dict(self.state)), "")

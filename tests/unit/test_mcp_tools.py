@@ -463,6 +463,37 @@ def test_start_of_a_container_that_exits_at_once_returns_its_exit_code_and_log_l
     assert HF_TOKEN not in text and "<redacted>" in text
 
 
+def test_start_of_a_container_that_waits_on_a_configuration_error_stops_it_and_says_why(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    """compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait keeps such a container running (no restart loop); the start stops
+    it, so it exits 2 and stays stopped, and answers with that exit code and the log lines, as for one that exited."""
+    engine.config_error = "HF_TOKEN_FILE must name a file holding one token (/run/secrets/hf_token holds whitespace)"
+    engine.log_lines = ["t4serve: error: HF_TOKEN_FILE must name a file holding one token (/run/secrets/hf_token "
+                        "holds whitespace inside)", "  fix: write the token"]
+    env = tool_env(engine, environ)
+    text = error_text(call(env, "start_vllm_server"))
+    assert "the container exited at once (exit 2)" in text and "holds whitespace inside" in text
+    assert "a setting is wrong" in text
+    assert [c for c in engine.calls if c[0] in ("stop", "down")] == [("stop", 10)]
+    status = ok(call(env, "server_status"))
+    assert status["running"] is False and status["exit_code"] == 2
+    # A corrected start is not refused as "already running": the stopped container is replaced.
+    engine.config_error = None
+    ok(call(env, "start_vllm_server"))
+
+
+def test_server_status_names_the_configuration_error_a_container_waits_on(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    engine.config_error = "T4SERVE_PORT must be a port number (found 'x')"
+    engine.container = ServiceContainer("c0ffee123456", "t4serve-t4serve-1", "running", "starting", 0,
+                                        "2026-12-03T10:00:00Z", "t4serve:dev")  # fmt: skip
+    status = ok(call(tool_env(engine, environ), "server_status"))
+    assert status["phase"] == "config_error" and status["ready"] is False
+    assert status["reason"] == "T4SERVE_PORT must be a port number (found 'x')"
+
+
 def test_start_of_a_container_docker_keeps_restarting_is_a_failure_too(
     engine: FakeEngine, environ: dict[str, str]
 ) -> None:

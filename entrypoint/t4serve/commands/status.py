@@ -12,7 +12,7 @@ import click
 from t4serve.errors import ConfigError
 from t4serve.serde import to_dict
 from t4serve.supervise.readout import default_state_dir, render_status, state_dir_option
-from t4serve.supervise.state import read_config_error, read_exit_request, read_state
+from t4serve.supervise.state import CONFIG_ERROR_WHAT, read_config_error, read_exit_request, read_state
 from t4serve.untrusted import printable
 
 
@@ -25,7 +25,7 @@ def command(state_dir: Path | None, as_json: bool) -> int:
     stopped = read_config_error(folder)
     if stopped is not None:
         raise ConfigError(
-            "t4serve serve stopped on a configuration error and waits for a stop signal (T4SERVE_ON_CONFIG_ERROR=wait)",
+            CONFIG_ERROR_WHAT,
             found=stopped,
             required="settings that parse (the container's log has the whole message)",
             fix="fix the setting, then `docker compose up -d` (it recreates the container)",

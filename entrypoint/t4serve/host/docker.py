@@ -503,6 +503,12 @@ class DockerCli:
             restart_count=restarts,
         )
 
+    def stop(self, timeout: int) -> None:
+        """Stop the service's container and keep it (its exit code and logs stay readable; a stopped container is not
+        restarted by `restart: unless-stopped`)."""
+        argv = self._compose_argv("stop", "-t", str(timeout), SERVICE)
+        self._checked(argv, "compose stop", timeout + 60.0, self._compose_env())
+
     def down(self, timeout: int) -> ServiceContainer | None:
         """Stop and remove the service's container with its anonymous volumes, then the project's network; the named
         cache volumes stay (they hold the download and compile caches)."""

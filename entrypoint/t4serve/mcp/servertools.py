@@ -29,6 +29,7 @@ from t4serve.mcp.calls import (
     ToolGroup,
     blocking,
     cap_lines,
+    capped,
     guarded,
     in_thread,
     not_ready,
@@ -39,6 +40,7 @@ from t4serve.mcp.models import MAX_PROMPT_CHARS, ChatMessage, FigureOut, LogsOut
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.serde import from_dict
 from t4serve.supervise.phases import PHASES, UNHEALTHY
+from t4serve.supervise.state import CONFIG_ERROR_WHAT
 
 MAX_LOG_LINES = 500
 MAX_LOG_BYTES = 64 * 1024
@@ -49,6 +51,8 @@ MAX_WAIT_S = 50.0
 # start_vllm_server waits this long for the container to run and t4serve to write its state (seconds, usually).
 START_CONFIRM_S = 45.0
 START_POLL_S = 0.5
+# A container waiting after a configuration error holds no requests: its stop needs no drain time.
+STOP_CONFIG_ERROR_S = 10
 # The log lines a failed start returns.
 START_LOG_LINES = 40
 # Where start_vllm_server binds a model folder of this host into the container (read-only).
@@ -176,6 +180,12 @@ class ServerTools(ToolGroup):
                 raise await self._start_failure(container)
             if container.state == "running":
                 status = await blocking(progress, "waiting for t4serve's state", lambda: read_status(self.env))
+                if status.phase == "config_error":
+                    # It waits for a stop (so compose's restart policy does not loop it): stop it, keep it, and
+                    # answer as for a container that exited at once, with its exit code (2) and its log lines.
+                    await blocking(progress, "stopping the container that stopped on a configuration error",
+                                   lambda: self.engine.stop(STOP_CONFIG_ERROR_S))  # fmt: skip
+                    raise await self._start_failure(self.engine.service() or container)
                 if status.phase is not None:
                     await progress.say(f"under way: {status.phase_label}")
                     return container, status
@@ -413,7 +423,14 @@ def read_status(env: ToolEnv) -> StatusOut:
     done = env.engine.exec(container.id, ["t4serve", "status", "--json"])
     if done.returncode != 0:
         api_url = published_url(env.engine, container, API_PORT)
-        text = f"the server has no state yet: {(done.stderr.strip() or 'no output').splitlines()[-1]}"
+        answer = done.stderr.strip() or "no output"
+        if CONFIG_ERROR_WHAT in answer:
+            # compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait: serve printed the error and waits instead of exiting.
+            found = answer.split("found:", 1)[1].splitlines()[0].strip() if "found:" in answer else answer
+            return StatusOut(running=True, ready=False, api_url=api_url, text=capped(answer), **base,
+                             **{**empty, "phase": "config_error", "phase_label": "stopped on a configuration error",
+                                "reason": capped(found)})  # fmt: skip
+        text = f"the server has no state yet: {answer.splitlines()[-1]}"
         return StatusOut(running=True, ready=False, api_url=api_url, text=text, **base, **empty)
     state = from_dict(ServeState, client_json(done.stdout, "server_status", ["t4serve", "status", "--json"]),
                       where="t4serve status --json")

@@ -39,6 +39,10 @@ EXIT_REQUEST_FILE = "exit-request.json"
 SUPERVISORD_CONF_FILE = "supervisord.conf"
 # Written by `serve` when it stopped on a configuration error and waits (T4SERVE_ON_CONFIG_ERROR=wait): the message.
 CONFIG_ERROR_FILE = "config-error.txt"
+# What `t4serve status` says of it (exit 2), the words an MCP start looks for in the container's answer.
+CONFIG_ERROR_WHAT = (
+    "t4serve serve stopped on a configuration error and waits for a stop signal (T4SERVE_ON_CONFIG_ERROR=wait)"
+)
 
 @dataclass(frozen=True)
 class PhaseMark:

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -230,6 +231,65 @@ def spec_json(spec: Any) -> dict[str, Any]:
     }
 
 
+# vLLM's refusal of a pool too small for one max-length request names the length that would fit.
+ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
+
+
+def plan_pools(config: Any, kv_cache_specs: list[dict[str, Any]], global_groups: Any,
+               pools: list[int]) -> list[dict[str, Any]]:
+    """For each pool size, what vLLM's planner makes of it (inside the caller's `set_current_vllm_config`):
+    get_kv_cache_configs (or its refusal, with the largest length it names), the scheduler's config, the groups and
+    each one's blocks per max-length request, then `update_kv_cache_capacity` with the log line it writes."""
+    from vllm.model_executor.models.utils import extract_layer_index
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, update_kv_cache_capacity
+
+    capture = LogCapture()
+    logging.getLogger("vllm.v1.core.kv_cache_utils").addHandler(capture)
+    results = []
+    try:
+        for pool in pools:
+            result: dict[str, Any] = {"pool_bytes": pool}
+            try:
+                worker_configs = get_kv_cache_configs(config, kv_cache_specs, [pool], global_groups)
+            except ValueError as exc:  # vLLM's "not enough KV cache memory" refusal
+                found = ESTIMATE.search(str(exc))
+                result.update(fits=False, error=str(exc).splitlines()[0],
+                              estimated_max_model_len=int(found.group(1)) if found else 0)
+                results.append(result)
+                continue
+            scheduler = generate_scheduler_kv_cache_config(worker_configs)
+            groups = [
+                {
+                    "layers": [extract_layer_index(n) for n in g.layer_names],
+                    **spec_json(g.kv_cache_spec),
+                    # The expression `get_max_concurrency_for_kv_cache_config` sums over the groups.
+                    "blocks_per_request": cdiv(g.kv_cache_spec.max_memory_usage_bytes(config),
+                                               g.kv_cache_spec.page_size_bytes),
+                }
+                for g in scheduler.kv_cache_groups
+            ]
+            # EngineCore._initialize_kv_caches: the scheduler's block size, then the capacity it logs.
+            config.cache_config.block_size = min(g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups)
+            del capture.lines[:]
+            update_kv_cache_capacity(config, scheduler)
+            result.update(
+                fits=True,
+                num_blocks=scheduler.num_blocks,
+                # The divisor get_kv_cache_configs turned the pool into blocks with.
+                bytes_per_block=_pool_bytes_per_block(config, worker_configs[0].kv_cache_groups),
+                groups=groups,
+                kv_cache_size_tokens=config.cache_config.kv_cache_size_tokens,
+                max_concurrency=config.cache_config.kv_cache_max_concurrency,
+                log=[line for line in capture.lines if "KV cache size" in line],
+            )
+            results.append(result)
+    finally:
+        logging.getLogger("vllm.v1.core.kv_cache_utils").removeHandler(capture)
+    return results
+
+
 def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[int]) -> dict[str, Any]:
     """One engine config and model for `max_model_len`, then vLLM's planner for each pool."""
     import torch
@@ -239,11 +299,9 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.model_executor.models.utils import extract_layer_index
-    from vllm.utils.math_utils import cdiv
     from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block, get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, update_kv_cache_capacity
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     from vllm.v1.worker.worker_base import WorkerBase
 
@@ -283,45 +341,7 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
                 entry.update(spec_json(layer_specs[name]))
             layers.append(entry)
 
-        capture = LogCapture()
-        logging.getLogger("vllm.v1.core.kv_cache_utils").addHandler(capture)
-        results = []
-        for pool in pools:
-            result: dict[str, Any] = {"pool_bytes": pool}
-            try:
-                worker_configs = get_kv_cache_configs(config, kv_cache_specs, [pool], global_groups)
-            except ValueError as exc:  # vLLM's "not enough KV cache memory" refusal
-                result.update(fits=False, error=str(exc).splitlines()[0])
-                results.append(result)
-                continue
-            scheduler = generate_scheduler_kv_cache_config(worker_configs)
-            groups = []
-            for group in scheduler.kv_cache_groups:
-                spec = group.kv_cache_spec
-                groups.append(
-                    {
-                        "layers": [extract_layer_index(n) for n in group.layer_names],
-                        **spec_json(spec),
-                        # The expression `get_max_concurrency_for_kv_cache_config` sums over the groups.
-                        "blocks_per_request": cdiv(spec.max_memory_usage_bytes(config), spec.page_size_bytes),
-                    }
-                )
-            # EngineCore._initialize_kv_caches: the scheduler's block size, then the capacity it logs.
-            config.cache_config.block_size = min(g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups)
-            del capture.lines[:]
-            update_kv_cache_capacity(config, scheduler)
-            result.update(
-                fits=True,
-                num_blocks=scheduler.num_blocks,
-                # The divisor get_kv_cache_configs turned the pool into blocks with.
-                bytes_per_block=_pool_bytes_per_block(config, worker_configs[0].kv_cache_groups),
-                groups=groups,
-                kv_cache_size_tokens=config.cache_config.kv_cache_size_tokens,
-                max_concurrency=config.cache_config.kv_cache_max_concurrency,
-                log=[line for line in capture.lines if "KV cache size" in line],
-            )
-            results.append(result)
-        logging.getLogger("vllm.v1.core.kv_cache_utils").removeHandler(capture)
+        results = plan_pools(config, kv_cache_specs, global_groups, pools)
 
     return {
         "max_model_len": config.model_config.max_model_len,

@@ -26,8 +26,6 @@ Also (mode `batch_defaults`): vLLM's `EngineArgs.get_batch_defaults` on each GPU
 from __future__ import annotations
 
 import json
-import logging
-import re
 import sys
 import tempfile
 import traceback
@@ -37,8 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kv_oracle
-
-ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 
 
 def first_line(exc: BaseException) -> str:
@@ -57,14 +53,11 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
     from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.model_executor.model_loader.utils import initialize_model
-    from vllm.model_executor.models.utils import extract_layer_index
     from vllm.usage.usage_lib import UsageContext
     from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from vllm.utils.math_utils import cdiv
     from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block, get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, update_kv_cache_capacity
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     from vllm.v1.worker.worker_base import WorkerBase
 
@@ -93,37 +86,7 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
         kv_cache_specs = [layer_specs]
         global_groups = get_global_kv_cache_groups(config, kv_cache_specs)
         config.adjust_dcp_kv_cache_interleave_size(global_groups)
-        capture = kv_oracle.LogCapture()
-        logging.getLogger("vllm.v1.core.kv_cache_utils").addHandler(capture)
-        results = []
-        for pool in pools:
-            result: dict[str, Any] = {"pool_bytes": pool}
-            try:
-                worker_configs = get_kv_cache_configs(config, kv_cache_specs, [pool], global_groups)
-            except ValueError as exc:
-                found = ESTIMATE.search(str(exc))
-                result.update(fits=False, error=str(exc).splitlines()[0],
-                              estimated_max_model_len=int(found.group(1)) if found else 0)
-                results.append(result)
-                continue
-            scheduler = generate_scheduler_kv_cache_config(worker_configs)
-            groups = [{"layers": [extract_layer_index(n) for n in g.layer_names],
-                       **kv_oracle.spec_json(g.kv_cache_spec),
-                       "blocks_per_request": cdiv(g.kv_cache_spec.max_memory_usage_bytes(config),
-                                                  g.kv_cache_spec.page_size_bytes)}
-                      for g in scheduler.kv_cache_groups]
-            config.cache_config.block_size = min(g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups)
-            del capture.lines[:]
-            update_kv_cache_capacity(config, scheduler)
-            result.update(
-                fits=True, num_blocks=scheduler.num_blocks,
-                bytes_per_block=_pool_bytes_per_block(config, worker_configs[0].kv_cache_groups),
-                groups=groups, kv_cache_size_tokens=config.cache_config.kv_cache_size_tokens,
-                max_concurrency=config.cache_config.kv_cache_max_concurrency,
-                log=[line for line in capture.lines if "KV cache size" in line],
-            )
-            results.append(result)
-        logging.getLogger("vllm.v1.core.kv_cache_utils").removeHandler(capture)
+        results = kv_oracle.plan_pools(config, kv_cache_specs, global_groups, pools)
     return {
         "dtype": str(config.model_config.dtype).removeprefix("torch."),
         "max_model_len": config.model_config.max_model_len,

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from t4serve.cli import main
@@ -339,6 +340,19 @@ def hostile_file(path: Path, kind: str) -> Path:
 TOKEN = "mcp-test-token-0123456789abcdef"
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
               "capabilities": {}, "clientInfo": {"name": "t4serve-test", "version": "0"}}}  # fmt: skip
+
+
+def wait_listening(port: int, proc: subprocess.Popen[Any] | None = None, timeout: float = 30.0) -> bool:
+    """Whether something listens on 127.0.0.1:`port` within `timeout` s (False also once `proc` has exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
 
 
 def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ from hardening import (
     record,
     run_cli,
     tried,
+    wait_listening,
 )
 
 from t4serve.supervise.state import read_state
@@ -654,12 +655,7 @@ def test_the_bearer_check_refuses_several_authorization_headers(tmp_path: Path) 
                             env=mcp_env(tmp_path, T4SERVE_MCP_TOKEN_FILE=str(tmp_path / "token")), cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+        wait_listening(port, proc)
 
         def post(*authorizations: str) -> int:
             # http.client sends a header given twice to putheader twice, in that order.

@@ -48,6 +48,7 @@ from hardening import (
     record,
     run_cli,
     tried,
+    wait_listening,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -465,12 +466,7 @@ def mcp_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, st
         env=mcp_env(folder, T4SERVE_MCP_TOKEN_FILE=str(folder / "token"), T4SERVE_API_KEY=SENTINEL,
                     HF_TOKEN=SENTINEL_TOKEN), cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
+    wait_listening(port, proc)
     status, headers, _ = _http_post(port, json.dumps(INITIALIZE).encode(), {"Authorization": f"Bearer {TOKEN}"})
     assert status == 200
     session = headers.get("mcp-session-id", "")

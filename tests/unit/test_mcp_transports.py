@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from hardening import wait_listening
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -80,15 +81,9 @@ def http_server(tmp_path: Path) -> Iterator[int]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        if not wait_listening(port, process):
             if process.poll() is not None:
                 pytest.fail(f"t4serve mcp --http exited {process.returncode}: {process.stdout.read()}")  # type: ignore[union-attr]
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-        else:
             pytest.fail("t4serve mcp --http did not listen within 30 s")
         yield port
     finally:

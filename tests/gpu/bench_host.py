@@ -8,7 +8,10 @@
         [--concurrency 8,16] [--repeats 3] [--timeout 1500]
 
 Both servers run `--enable-per-request-metrics`, so every request's server-side queue time and TTFT land in vLLM's
-detailed results (raw/), beside the /metrics figures t4serve bench keeps per run; neither changes scheduling. The
+detailed results (raw/), beside the /metrics figures t4serve bench keeps per run, and `--jit-monitor-verbose`, so
+every Triton kernel compiled while serving is logged with its specialization (vLLM warns only once otherwise);
+neither changes scheduling. The sweep runs with `--warmup-run`: each cell once, unrecorded, before its repeats (the
+0.33.0 session's first repeats at 512 tokens ran while vLLM JIT-compiled an attention kernel for a new batch shape). The
 servers start one after the other (the profiling one first and alone, so nothing else moves the free memory it
 measures); the second reuses the first's compile caches (Inductor's and Triton's caches are keyed by content, so
 only what differs compiles again). While the sweep runs, every process of both servers is sampled for CPU time
@@ -36,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realserve import Server, cmdline, comm, process_tree, vllm_version, write_json
 
-PER_REQUEST_METRICS = "--enable-per-request-metrics"
+SERVER_FLAGS = "--enable-per-request-metrics --jit-monitor-verbose"
 
 
 def servers_for(work: Path, ckpt: Path) -> dict[str, Server]:
-    base = {"T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", "T4SERVE_VLLM_ARGS": PER_REQUEST_METRICS}
+    base = {"T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", "T4SERVE_VLLM_ARGS": SERVER_FLAGS}
     return {
         "published": Server("bench-published", work / "bench-published", str(ckpt), 8500, env={
             **base, "T4SERVE_SERVED_MODEL_NAME": "published", "T4SERVE_MAX_NUM_SEQS": "8",
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             urls = ",".join(f"{n}={s.base_url}" for n, s in servers.items())
             cmd = ["t4serve", "bench", "--models", ",".join(servers), "--base-url", urls, "--tokenizer", str(ckpt),
                    "--inputs", args.inputs, "--concurrency", args.concurrency, "--repeats", args.repeats,
-                   "--ceiling", ",".join(f"{n}={ceiling:.1f}" for n in servers), "--output", str(out / "sweep")]
+                   "--warmup-run", "--ceiling", ",".join(f"{n}={ceiling:.1f}" for n in servers),
+                   "--output", str(out / "sweep")]
             record["command"] = cmd
             print(" ".join(cmd), flush=True)
             began = time.time()

@@ -407,3 +407,34 @@ def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) 
     assert seen == [0, 1]
     final = read_runs(out)
     assert len(final.runs) == 2 and not final.partial
+
+
+def test_a_warmup_run_precedes_each_cell_and_is_kept_apart(tmp_path: Path, standin_url: str) -> None:
+    """--warmup-run: one run of each cell (seed repeat 0) before its repeats, in raw/warmup/, never in the tables."""
+    client = tmp_path / "fake-vllm"
+    client.write_text(FAKE_CLIENT.format(python=sys.executable))
+    client.chmod(0o755)
+    out = tmp_path / "result"
+    opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 4], repeats=1, output_len=8, output=out,
+                        base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
+                        vllm=str(client), warmup_run=True)
+    progress = io.StringIO()
+    try:
+        run_bench(opts, environ={}, stream=progress)
+    except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
+        assert "matplotlib" in str(exc)
+    assert sorted(p.name for p in (out / "raw" / "warmup").glob("*.json")) == ["qat_in32_c1_r0.json",
+                                                                               "qat_in32_c4_r0.json"]
+    warm = json.loads((out / "raw" / "warmup" / "qat_in32_c4_r0.json").read_text())
+    assert warm["output_throughput"] == 40.0  # the fake client's 10 x c + seed % 10: seed 320_400, repeat 0
+    data = json.loads((out / "runs.json").read_text())
+    assert [(r["concurrency"], r["repeat"], r["seed"]) for r in data["runs"]] == [(1, 1, 320_101), (4, 1, 320_401)]
+    assert any("--warmup-run" in note for note in data["notes"])
+    lines = progress.getvalue().splitlines()
+    assert [line.strip()[:36] for line in lines if "warm-up" in line] == [
+        "warm-up qat in=32 c=1 (not recorded)", "warm-up qat in=32 c=4 (not recorded)"]
+    assert "2/2" in progress.getvalue()
+    # `bench report` rebuilding from raw/ alone reads raw/*.json, not the warm-ups.
+    from t4serve.bench.results import runs_from_raw
+
+    assert sorted(r.repeat for r in runs_from_raw(out).runs) == [1, 1]

@@ -65,12 +65,18 @@ class BenchOptions:
     ceilings: dict[str, float] = field(default_factory=dict)
     vllm: str = "vllm"
     num_warmups: int = 2
+    # One unrecorded run of each cell before its repeats (raw/warmup/): the batch shapes the repeats will use have
+    # compiled their kernels (Triton JIT-compiles some attention variants at the first batch that needs them).
+    warmup_run: bool = False
     ready_timeout_s: float = 1800.0
     cell_timeout_s: float = 3600.0
     telemetry_interval_s: float = 0.5
     # Goodput's objectives: a request counts as good when its TTFT and its TPOT are both within them.
     slo_ttft_ms: float = grid.DEFAULT_SLO_TTFT_MS
     slo_tpot_ms: float = grid.DEFAULT_SLO_TPOT_MS
+
+
+WARMUP_DIR = "warmup"
 
 
 def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
@@ -314,9 +320,14 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         )
     raw_dir = opts.output / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
+    if opts.warmup_run:
+        (raw_dir / WARMUP_DIR).mkdir(exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     client_key = client_api_key(environ, "OPENAI_API_KEY")
     ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
+    if opts.warmup_run:
+        notes.append(f"each cell ran once before its repeats, unrecorded (--warmup-run; seed repeat 0, files in "
+                     f"raw/{WARMUP_DIR}/), so kernels compiled for its batch shapes are not timed")
     planned: dict[str, BenchServer] = {}
     if not opts.base_urls:
         planned, plan_notes = plan_servers(opts.models, environ, opts.output)
@@ -409,6 +420,12 @@ def _run_model(
                 url, tokenizer = opts.base_urls[model].rstrip("/"), opts.tokenizers.get(model, default_tokenizer(model))
             name = served_model_name(url, api_key=api_key)
             for cell in cells:
+                if opts.warmup_run and cell.repeat == 1:
+                    warm = run_cell(opts, model, url, name, tokenizer, grid.Cell(cell.input_len, cell.concurrency, 0),
+                                    raw_dir / WARMUP_DIR, api_key)
+                    progress.stream.write(f"  warm-up {model} in={cell.input_len} c={cell.concurrency} (not recorded): "
+                                          f"{warm.error or 'done'}\n")
+                    progress.stream.flush()
                 run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key)
                 record(run)
                 done += 1

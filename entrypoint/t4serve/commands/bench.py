@@ -108,6 +108,9 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
               help="Requests per cell [default: max(4 x concurrency, 8)].")
 @click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
+@click.option("--warmup-run", is_flag=True, default=False,
+              help="Run each cell once, unrecorded, before its repeats (raw/warmup/): kernels a new batch shape "
+              "compiles are not timed.")
 @click.option(
     "--base-url",
     default=None,
@@ -137,6 +140,7 @@ def command(
     output_len: int,
     num_prompts: int | None,
     num_warmups: int,
+    warmup_run: bool,
     base_url: str | None,
     tokenizer: str | None,
     ceiling: str | None,
@@ -215,6 +219,7 @@ def command(
         ceilings=ceilings,
         vllm=vllm,
         num_warmups=num_warmups,
+        warmup_run=warmup_run,
         ready_timeout_s=ready_timeout,
         cell_timeout_s=cell_timeout,
         slo_ttft_ms=slo_ttft_ms,

@@ -53,6 +53,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def client_script(tmp_path: Path, template: str) -> Path:
+    """One of the scripts above, written as `tmp_path/fake-vllm` for BenchOptions.vllm."""
+    client = tmp_path / "fake-vllm"
+    client.write_text(template.format(python=sys.executable))
+    client.chmod(0o755)
+    return client
+
+
+def bench_to_the_end(opts: BenchOptions, environ: dict[str, str], stream: io.StringIO) -> None:
+    """run_bench, where only a missing matplotlib may stop it (after the tables are written)."""
+    try:
+        run_bench(opts, environ=environ, stream=stream)
+    except Exception as exc:
+        assert "matplotlib" in str(exc)
+
+
 def start_standin(extra_env: dict[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
     env = {**os.environ, "T4SERVE_STANDIN_LOAD_SECONDS": "0", **extra_env}
@@ -125,9 +141,7 @@ def test_served_model_name_and_its_failure(standin_url: str) -> None:
 
 
 def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, standin_url: str) -> None:
-    client = tmp_path / "fake-vllm"
-    client.write_text(FAKE_CLIENT.format(python=sys.executable))
-    client.chmod(0o755)
+    client = client_script(tmp_path, FAKE_CLIENT)
     out = tmp_path / "result"
     opts = BenchOptions(
         models=["qat", "bf16"],
@@ -273,9 +287,7 @@ with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
 def test_run_bench_sends_the_api_key_to_a_keyed_server(tmp_path: Path, given_as: str) -> None:
     url, proc = start_standin({"VLLM_API_KEY": API_KEY})
     try:
-        client = tmp_path / "fake-vllm"
-        client.write_text(KEYED_CLIENT.format(python=sys.executable))
-        client.chmod(0o755)
+        client = client_script(tmp_path, KEYED_CLIENT)
         key_file = tmp_path / "api_key"
         key_file.write_text(API_KEY)
         out = tmp_path / "result"
@@ -304,18 +316,13 @@ def test_bench_starts_t4serve_serve_waits_for_its_canary_and_stops_it_as_docker_
     the canary) with the stand-in as `vllm`, an API key, and a client that asks the server with the key."""
     from t4serve.supervise.state import RUN_SPEC_FILE, read_run_spec, read_state
 
-    client = tmp_path / "fake-vllm"
-    client.write_text(KEYED_CLIENT.format(python=sys.executable))
-    client.chmod(0o755)
+    client = client_script(tmp_path, KEYED_CLIENT)
     environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn", T4SERVE_API_KEY=API_KEY)
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1], 1, 8, out, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
                         vllm=str(client), ready_timeout_s=90)  # fmt: skip
     stream = io.StringIO()
-    try:
-        run_bench(opts, environ=environ, stream=stream)
-    except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
-        assert "matplotlib" in str(exc)
+    bench_to_the_end(opts, environ, stream)
     runs_file = read_runs(out)
     assert [r.error for r in runs_file.runs] == [None], stream.getvalue()
     assert "starting qat: T4SERVE_MODEL=qat" in stream.getvalue()
@@ -357,9 +364,7 @@ def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(tmp_path: Pa
     from t4serve.bench.results import read_runs
     from t4serve.bench.runner import Interrupted
 
-    client = tmp_path / "fake-vllm"
-    client.write_text(INTERRUPTING_CLIENT.format(python=sys.executable))
-    client.chmod(0o755)
+    client = client_script(tmp_path, INTERRUPTING_CLIENT)
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
@@ -383,9 +388,7 @@ def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) 
     from t4serve.bench.results import read_runs
 
     seen: list[int] = []
-    client = tmp_path / "fake-vllm"
-    client.write_text(FAKE_CLIENT.format(python=sys.executable))
-    client.chmod(0o755)
+    client = client_script(tmp_path, FAKE_CLIENT)
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
@@ -400,10 +403,7 @@ def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) 
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner, "run_cell", spying_run_cell)
-        try:
-            run_bench(opts, environ={}, stream=io.StringIO())
-        except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
-            assert "matplotlib" in str(exc)
+        bench_to_the_end(opts, {}, io.StringIO())
     assert seen == [0, 1]
     final = read_runs(out)
     assert len(final.runs) == 2 and not final.partial
@@ -411,18 +411,13 @@ def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) 
 
 def test_a_warmup_run_precedes_each_cell_and_is_kept_apart(tmp_path: Path, standin_url: str) -> None:
     """--warmup-run: one run of each cell (seed repeat 0) before its repeats, in raw/warmup/, never in the tables."""
-    client = tmp_path / "fake-vllm"
-    client.write_text(FAKE_CLIENT.format(python=sys.executable))
-    client.chmod(0o755)
+    client = client_script(tmp_path, FAKE_CLIENT)
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
                         vllm=str(client), warmup_run=True)
     progress = io.StringIO()
-    try:
-        run_bench(opts, environ={}, stream=progress)
-    except Exception as exc:  # only a missing matplotlib may stop it, after the tables are written
-        assert "matplotlib" in str(exc)
+    bench_to_the_end(opts, {}, progress)
     assert sorted(p.name for p in (out / "raw" / "warmup").glob("*.json")) == ["qat_in32_c1_r0.json",
                                                                                "qat_in32_c4_r0.json"]
     warm = json.loads((out / "raw" / "warmup" / "qat_in32_c4_r0.json").read_text())

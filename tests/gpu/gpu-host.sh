@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU tests on an NVIDIA host without the image, one step per call (or queued by tests/gpu/session.sh):
 #   tests/gpu/gpu-host.sh PARTS STEP OUT
-# PARTS holds one of two bundles, installed once into /tmp/site:
+# PARTS holds one of two bundles, installed once into /tmp/site (T4SERVE_GPU_SITE):
 #   - the image's own stack (vLLM 0.33.0, torch 2.14.0, triton 3.8.0 as cp312 wheels in parts w.00 ... w.NN, with
 #     install-stack.sh and slim.json): what the image ships;
 #   - the vLLM 0.26.0 site bundle (part1 ... partN with assemble.sh), built on the host's own torch 2.11.0.
 # Every record names the vLLM it ran (realserve.vllm_version). Where the host's cuDNN cannot serve this torch (the
 # image stack's torch 2.14 wants a newer cuDNN than such a host has), every server gets --language-model-only (no
-# convolution on that path): host.json says so. Checkpoints and servers live under /tmp/t4serve-gpu, so later steps
+# convolution on that path): host.json says so. Checkpoints and servers live under /tmp/t4serve-gpu (T4SERVE_GPU_ROOT), so later steps
 # reuse the compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
 #   measure    tests/gpu/compile_memory.py: every compile rung side by side, cold caches, peaks and speed
 #   measure-warm   bf16 full and lean, QAT full: cold, speed, then a warm start of each (peaks, ready time)
@@ -22,7 +22,7 @@
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-site=/tmp/site work=/tmp/t4serve-gpu
+site=${T4SERVE_GPU_SITE:-/tmp/site} work=${T4SERVE_GPU_ROOT:-/tmp/t4serve-gpu}
 mkdir -p "$out" "$work"
 if [ ! -d "$site/vllm" ]; then
   if [ -f "$parts/install-stack.sh" ]; then bash "$parts/install-stack.sh" "$parts" "$site"

@@ -7,8 +7,9 @@
 #   - the vLLM 0.26.0 site bundle (part1 ... partN with assemble.sh), built on the host's own torch 2.11.0.
 # Every record names the vLLM it ran (realserve.vllm_version). Where the host's cuDNN cannot serve this torch (the
 # image stack's torch 2.14 wants a newer cuDNN than such a host has), every server gets --language-model-only (no
-# convolution on that path): host.json says so. Checkpoints and servers live under /tmp/t4serve-gpu (T4SERVE_GPU_ROOT), so later steps
-# reuse the compile caches of earlier ones while the host stays up. Results (JSON, logs) go to OUT.
+# convolution on that path): host.json says so. Checkpoints and servers live under /tmp/t4serve-gpu
+# (T4SERVE_GPU_ROOT), so later steps reuse the compile caches of earlier ones while the host stays up. Results (JSON,
+# logs) go to OUT.
 #   measure    tests/gpu/compile_memory.py: every compile rung side by side, cold caches, peaks and speed
 #   measure-warm   bf16 full and lean, QAT full: cold, speed, then a warm start of each (peaks, ready time)
 #   cold       the cold-then-warm start tests at T4 memory (a ballast): bf16, QAT, then bf16 with a profiled pool

@@ -69,10 +69,9 @@ case $cmd in
     mkdir -p "$out" && cp "$results/session.log" "$out/"
     # With them each server's log and state as they stand now (servers/NAME/...): a step cut short by the end of the
     # device time leaves no record of its own, but its servers' logs and phases still say how far it got.
-    work=$(dirname "$results")
-    live=$(cd "$work" && ls -d ./*/serve.log ./*/state 2>/dev/null || true)
+    live=$(cd "$root" && ls -d ./*/serve.log ./*/state 2>/dev/null || true)
     # shellcheck disable=SC2086
-    tar -C "$work" -cf - ./results $live | xz -T0 -6 | split -b 15M -d -a 2 - "$out/results.tar.xz."
+    tar -C "$root" -cf - ./results $live | xz -T0 -6 | split -b 15M -d -a 2 - "$out/results.tar.xz."
     ls -la "$out"
     current=$(ls -t "$results"/*.log 2>/dev/null | grep -v session.log | head -n 1 || true)
     [ -z "$current" ] || { echo "--- tail of $current"; tail -n 25 "$current"; }

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,8 @@ def test_a_queue_that_died_ends_the_wait(tmp_path: Path) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_stray_queue(tmp_path: Path) -> object:
-    yield None
+def _no_stray_queue(tmp_path: Path) -> Iterator[None]:
+    yield
     pid_file = tmp_path / "root" / "results" / "session.pid"
     if pid_file.is_file():
         with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):

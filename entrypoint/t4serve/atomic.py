@@ -55,24 +55,35 @@ class LockError(Exception):
         self.reason = reason
 
 
-@contextlib.contextmanager
-def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S, stop: threading.Event | None = None) -> Iterator[None]:
-    """An exclusive flock on `path` (created 0o644 when absent) for a read-modify-write, taken within `timeout_s`.
+def open_lock(path: Path, mode: int = 0o644) -> int:
+    """A descriptor of the lock file `path` (created with `mode` when absent), opened read-write for flock.
 
     Opened non-blocking and only as a regular file, so a FIFO, a device or a folder at the lock's path is refused at
-    once instead of blocking open(); polled with LOCK_NB, so a holder that never lets go costs `timeout_s`, not
-    forever; `stop` set (the caller received a signal) gives up at the next poll. Failures raise LockError;
-    OSError passes through for a folder that cannot be written."""
+    once (LockError) instead of blocking open() or failing later in a write."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, mode)
     except IsADirectoryError:
         raise LockError(f"the lock {path} must be a regular file (it is a directory)") from None
     except OSError as exc:
         raise LockError(f"the lock {path} cannot be opened: {exc.strerror or type(exc).__name__}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise LockError(f"the lock {path} must be a regular file (it is {file_kind(mode)})")
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise LockError(f"the lock {path} must be a regular file (it is {file_kind(kind)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S, stop: threading.Event | None = None) -> Iterator[None]:
+    """An exclusive flock on `path` (`open_lock`) for a read-modify-write, taken within `timeout_s`.
+
+    Polled with LOCK_NB, so a holder that never lets go costs `timeout_s`, not forever; `stop` set (the caller
+    received a signal) gives up at the next poll. Failures raise LockError."""
+    fd = open_lock(path)
+    try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,33 @@ def test_an_unwritable_data_folder_says_which_variable_moves_it(tmp_path: Path) 
     with pytest.raises(EngineError) as info, hold(lock_file(tmp_path, "t4serve@local"), holder):
         pass
     assert "T4SERVE_MCP_DATA_DIR" in info.value.message() and not isinstance(info.value, DeploymentBusy)
+
+
+def promptly(call: Callable[[], object], seconds: float = 5.0) -> object:
+    """call() in a daemon thread, which must end within `seconds` (a FIFO once blocked these reads for good)."""
+    box: list[object] = []
+    worker = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still blocked after {seconds} s"
+    return box[0] if box else None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_lock_path_that_is_not_a_file_is_an_error_that_names_it(tmp_path: Path, kind: str) -> None:
+    path = lock_file(tmp_path, "t4serve@local")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    holder = Holder("start_vllm_server", os.getpid(), "x", 0.0)
+
+    def take() -> EngineError:
+        with pytest.raises(EngineError) as info, hold(path, holder):
+            pytest.fail("held a lock that is not a regular file")
+        return info.value
+
+    error = promptly(take)
+    assert isinstance(error, EngineError) and not isinstance(error, DeploymentBusy)
+    message = error.message()
+    assert "must be a regular file (it is a " + ("FIFO" if kind == "fifo" else "directory") + ")" in message
+    assert f"remove {path}" in message
+    assert promptly(lambda: read_holder(path)) is None

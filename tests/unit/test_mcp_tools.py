@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -905,3 +906,19 @@ def test_no_secret_reaches_the_server_log(
         error_text(call(env, "plan", {"settings": {"HF_TOKEN": HF_TOKEN}}))
     assert "Tool 'query' failed" in caplog.text
     assert API_KEY not in caplog.text and HF_TOKEN not in caplog.text
+
+
+def test_a_copied_benchmark_folder_with_a_fifo_is_read_without_blocking(tmp_path: Path) -> None:
+    """`docker cp` copies a FIFO as a FIFO: the host-side reader takes regular files only, and says nothing of it."""
+    from t4serve.mcp.benchtools import read_host_bench
+
+    (tmp_path / "result").mkdir()
+    os.mkfifo(tmp_path / "bench.log")
+    os.mkfifo(tmp_path / "result" / "report.md")
+    (tmp_path / "exit-code").write_text("0\n")
+    box: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: box.append(read_host_bench(tmp_path)), daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "read_host_bench blocked on a FIFO"
+    assert box == [{"exit_code": 0, "alive": False, "log": "", "report": None, "plots": []}]

@@ -21,7 +21,7 @@ from t4serve.mcp.calls import Progress, ToolGroup, blocking, guarded, in_thread,
 from t4serve.mcp.models import BenchCell, BenchStart, BenchStatus
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.mcp.servertools import read_status
-from t4serve.untrusted import printable
+from t4serve.untrusted import Untrusted, printable, read_tail_bounded
 
 BENCH_TEXT_BYTES = 32 * 1024
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -234,11 +234,8 @@ def read_host_bench(target: Path) -> dict[str, Any]:
 
     def read(path: Path, limit: int) -> str | None:
         try:
-            with path.open("rb") as handle:
-                handle.seek(0, 2)
-                handle.seek(max(0, handle.tell() - limit))
-                return handle.read().decode("utf-8", "replace")
-        except OSError:
+            return read_tail_bounded(path, limit, "the benchmark's file").decode("utf-8", "replace")
+        except (OSError, Untrusted):  # absent, or not a regular file (a FIFO copied out would block a plain read)
             return None
 
     code = (read(target / "exit-code", 32) or "").strip()

@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from t4serve.atomic import LockError, open_lock
 from t4serve.errors import EngineError
+from t4serve.untrusted import Untrusted, read_bounded
 
 # A holder record is a few hundred bytes; anything longer in the file is not ours.
 MAX_RECORD_BYTES = 4096
@@ -58,13 +60,12 @@ def lock_file(data_dir: Path, deployment: str) -> Path:
 def read_holder(path: Path) -> Holder | None:
     """The holder written in the lock file, or None when there is none (a call just beginning or ending)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_RECORD_BYTES + 1)
-        data = json.loads(raw) if 0 < len(raw) <= MAX_RECORD_BYTES else None
+        raw = read_bounded(path, MAX_RECORD_BYTES, "the deployment's lock")
+        data = json.loads(raw) if raw else None
         if not isinstance(data, dict):
             return None
         return Holder(str(data["tool"]), int(data["pid"]), str(data["client"]), float(data["since"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, Untrusted, ValueError, KeyError, TypeError):
         return None
 
 
@@ -73,13 +74,21 @@ def hold(path: Path, holder: Holder) -> Iterator[None]:
     """Hold the deployment's lock for the block, or raise DeploymentBusy naming who holds it. Never waits."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock(path, 0o600)
     except OSError as exc:
         raise EngineError(
             "cannot take the deployment's lock",
             found=f"{exc.filename or path}: {exc.strerror or exc}",
             required="a writable data folder for t4serve mcp (its locks and benchmark copies)",
             fix="point T4SERVE_MCP_DATA_DIR at a writable folder",
+        ) from None
+    except LockError as exc:
+        raise EngineError(
+            "cannot take the deployment's lock",
+            found=exc.reason,
+            required="a regular file t4serve mcp creates, or none, at the lock's path, in a writable data folder",
+            fix=f"remove {path} (no call holds it then: state-changing tools make it again), or point "
+            "T4SERVE_MCP_DATA_DIR at a writable folder",
         ) from None
     try:
         try:

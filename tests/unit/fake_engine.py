@@ -2,18 +2,21 @@
 and compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
 
 It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
-container, its log lines and the server's state file (what `t4serve status --json` prints in the container). `up`
-writes `state_on_up` as the state file, as t4serve in a started container does within seconds; with `exit_on_up` the
+container, its log lines and the server's state (`state`, written as the state file the container's t4serve reads).
+`up` sets `state_on_up` as the state, as t4serve in a started container does within seconds; with `exit_on_up` the
 container exits at once instead, with that code and `log_lines`, as one with a bad setting does; with
-`config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait. The
-container's /cache/t4serve/bench folder is a real folder under `root`, and `exec` of python3 runs the given script
-against it with this Python, so the tool's in-container reader runs for real. Every call is recorded in `calls`.
+`config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait (the
+state folder then holds that error, as `serve` leaves it). `exec` of `t4serve ...` runs this checkout's real t4serve
+in a child process, with the container's state folder and cache volume as folders under `root` (and `bin` first on
+PATH, for a stand-in `vllm` client), so every answer the host reads is the real command's. Every call is recorded in
+`calls`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
-from t4serve.serde import to_dict
-from t4serve.supervise.state import CONFIG_ERROR_WHAT, ServeState
+from t4serve.supervise.state import (
+    CONFIG_ERROR_FILE,
+    STATE_FILE,
+    ConfigErrorRecord,
+    ServeState,
+    write_config_error,
+    write_state,
+)
+
+# The container's T4SERVE_STATE_DIR and T4SERVE_CACHE_DIR (the image's defaults).
+STATE_DIR = "/tmp/t4serve"
+CACHE_DIR = "/cache/t4serve"
 
 
 @dataclass
@@ -54,7 +67,9 @@ class FakeEngine:
         return self.root / "project"
 
     def in_container(self, path: str) -> Path:
-        """Where a container path lives in this double's file system."""
+        """Where a container path lives in this double's file system (a path already under it stays as it is)."""
+        if Path(path).is_relative_to(self.root):
+            return Path(path)
         return self.root / "container" / path.lstrip("/")
 
     def info(self) -> EngineInfo:
@@ -123,20 +138,31 @@ class FakeEngine:
 
     def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed:
         self.calls.append(("exec", (list(args), detach)))
-        if list(args[:3]) == ["t4serve", "status", "--json"]:
-            if self.config_error is not None and self.container is not None and self.container.state == "running":
-                return Completed(2, "", f"t4serve: {CONFIG_ERROR_WHAT}\n  found: {self.config_error}\n")
-            if self.state is None:
-                return Completed(2, "", "t4serve: cannot read the state file /tmp/t4serve/state.json")
-            return Completed(0, json.dumps(to_dict(self.state)), "")
-        if args[0] == "python3":
-            # The tool's reader script, run here against this double's copy of the container's folder.
-            mapped = [str(self.in_container(a)) if a.startswith("/cache/") else a for a in args[1:]]
-            done = subprocess.run([sys.executable, *mapped], capture_output=True, text=True, timeout=30)
-            return Completed(done.returncode, done.stdout, done.stderr)
-        if args[0] == "sh":
-            return Completed(0, "", "")
-        return Completed(127, "", f"{args[0]}: not found")
+        if args[0] != "t4serve":
+            return Completed(127, "", f"{args[0]}: not found")
+        self._write_state_folder()
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "HF_"))}
+        env = {**keep, "T4SERVE_STATE_DIR": str(self.in_container(STATE_DIR)),
+               "T4SERVE_CACHE_DIR": str(self.in_container(CACHE_DIR)), "HF_HUB_OFFLINE": "1",
+               "PATH": f"{self.root / 'bin'}{os.pathsep}{keep.get('PATH', '')}"}  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "t4serve", *args[1:]], capture_output=True, text=True,
+                              timeout=60, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
+        return Completed(done.returncode, done.stdout, done.stderr)
+
+    def _write_state_folder(self) -> None:
+        """The container's state folder as this double's state says: state.json, or the configuration error."""
+        folder = self.in_container(STATE_DIR)
+        folder.mkdir(parents=True, exist_ok=True)
+        waiting = self.config_error is not None and self.container is not None and self.container.state == "running"
+        for name, wanted in ((STATE_FILE, self.state is not None and not waiting), (CONFIG_ERROR_FILE, waiting)):
+            if not wanted:
+                (folder / name).unlink(missing_ok=True)
+        if waiting:
+            assert self.config_error is not None
+            write_config_error(folder, ConfigErrorRecord(self.config_error, "T4SERVE_PORT=x (from env)",
+                                                         "a port number", "unset T4SERVE_PORT", 1_790_000_000.0))
+        elif self.state is not None:
+            write_state(folder, self.state)
 
     def published_port(self, container: str, port: int) -> tuple[str, int] | None:
         # `api_port` publishes the container's `published_container_port` (compose.yaml's 8000), nothing else.

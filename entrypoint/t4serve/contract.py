@@ -12,8 +12,8 @@ older one, or not at all (a command or option it lacks): `read_answer` turns eac
 upgrade the image; an image newer than the host, into one that says to upgrade t4serve on the host.
 
 The commands: `t4serve status --json` (StatusAnswer), `t4serve bench start --json`, `bench status --json [RUN_ID]`
-(BenchStartAnswer, BenchRunsAnswer, BenchResultAnswer; made by t4serve.bench.jobs), `t4serve probe --manifest
---json` (ManifestAnswer). To add a field: docs/architecture.md, "Change the host/container contract".
+(BenchStartAnswer, BenchRunsAnswer, BenchResultAnswer; made by t4serve.bench.jobs), `t4serve probe
+--manifest-only --json` (ManifestAnswer). To add a field: docs/architecture.md, "Change the host/container contract".
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class BenchResultAnswer:
 
 @dataclass(frozen=True)
 class ManifestAnswer:
-    """`t4serve probe --manifest --json`: the image's build manifest, as the container's probe reads it."""
+    """`t4serve probe --manifest-only --json`: the image's build manifest, as the container's probe reads it."""
 
     manifest: BuildManifest
     contract: int = CONTRACT

@@ -81,16 +81,19 @@ class FakeEngine:
             return None
         return ImageInfo(self.image_ref, "sha256:" + "ab" * 32, 9_960_000_000, "2026-12-03T10:00:00Z")
 
-    def read_image_file(self, path: str) -> str | None:
-        self.calls.append(("read_image_file", path))
-        if not self.image_present or self.manifest is None:
-            return None
-        return json.dumps(self.manifest)
-
     def run_in_image(self, args: Sequence[str], timeout: float) -> Completed:
         self.calls.append(("run_in_image", list(args)))
-        out = "step 1: clamp located\nstep 2: compiled for sm_75: 65,536 B\nstep 3: interpreter max abs error 0.0"
-        return Completed(self.verify_code, out if self.verify_code == 0 else "step 2: FAILED", "")
+        if list(args[:1]) == ["patch"]:
+            # `patch verify` needs vLLM and Triton: its output as the image's prints it.
+            out = "step 1: clamp located\nstep 2: compiled for sm_75: 65,536 B\nstep 3: interpreter max abs error 0.0"
+            return Completed(self.verify_code, out if self.verify_code == 0 else "step 2: FAILED", "")
+        # Anything else is this checkout's t4serve, with the image's build manifest at T4SERVE_MANIFEST.
+        manifest = self.in_container("/etc/t4serve/build-manifest.json")
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.unlink(missing_ok=True)
+        if self.manifest is not None:
+            manifest.write_text(json.dumps(self.manifest))
+        return self._t4serve(args, {"T4SERVE_MANIFEST": str(manifest)})
 
     def build_image(self, on_line: Callable[[str], None], timeout: float = 3600.0) -> Completed:
         self.calls.append(("build_image", None))
@@ -141,11 +144,15 @@ class FakeEngine:
         if args[0] != "t4serve":
             return Completed(127, "", f"{args[0]}: not found")
         self._write_state_folder()
+        return self._t4serve(args[1:], {})
+
+    def _t4serve(self, args: Sequence[str], extra: Mapping[str, str]) -> Completed:
+        """This checkout's `t4serve ARGS` as the container runs it: its folders under `root`, `bin` first on PATH."""
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "HF_"))}
         env = {**keep, "T4SERVE_STATE_DIR": str(self.in_container(STATE_DIR)),
                "T4SERVE_CACHE_DIR": str(self.in_container(CACHE_DIR)), "HF_HUB_OFFLINE": "1",
-               "PATH": f"{self.root / 'bin'}{os.pathsep}{keep.get('PATH', '')}"}  # fmt: skip
-        done = subprocess.run([sys.executable, "-m", "t4serve", *args[1:]], capture_output=True, text=True,
+               "PATH": f"{self.root / 'bin'}{os.pathsep}{keep.get('PATH', '')}", **extra}  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "t4serve", *args], capture_output=True, text=True,
                               timeout=60, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
         return Completed(done.returncode, done.stdout, done.stderr)
 

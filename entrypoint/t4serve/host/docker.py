@@ -351,10 +351,6 @@ class DockerCli:
         return ImageInfo(self._image, printable(str(raw.get("Id", "")))[:100], size,
                          printable(str(raw.get("Created", "")))[:100])
 
-    def read_image_file(self, path: str) -> str | None:
-        done = self.run_in_image_entrypoint("cat", [path], QUICK_TIMEOUT_S)
-        return done.stdout if done.returncode == 0 else None
-
     def run_in_image_entrypoint(self, entrypoint: str, args: Sequence[str], timeout: float) -> Completed:
         """A throwaway container of the image (removed with its anonymous volumes, no network, no GPU). It has a
         name, so a timeout or a cancellation removes it too: stopping the client alone would leave it running."""

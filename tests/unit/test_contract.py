@@ -55,7 +55,8 @@ def test_every_command_answers_its_dataclass_and_the_host_reads_it_back(tmp_path
 OLD_STATUS = json.dumps({"schema": 1, "phase": "ready", "started_at": 1.0, "attempt_started_at": 1.0,
                          "updated_at": 2.0, "attempt": 1, "model": "m", "served_model_name": "m", "host": "0.0.0.0",
                          "port": 8000, "gpu_name": None})  # fmt: skip
-OLD_BENCH = "Usage: t4serve bench [OPTIONS] COMMAND [ARGS]...\nTry 't4serve bench -h' for help.\n\nError: No such command 'status'.\n"
+OLD_BENCH = ("Usage: t4serve bench [OPTIONS] COMMAND [ARGS]...\nTry 't4serve bench -h' for help.\n\n"
+             "Error: No such command 'status'.\n")
 
 
 @pytest.mark.parametrize(("code", "out", "err"), [(0, OLD_STATUS, ""), (2, "", OLD_BENCH), (0, "not json", ""),

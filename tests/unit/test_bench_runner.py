@@ -179,19 +179,34 @@ def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, stand
     assert [r["seed"] for r in data["runs"] if r["model"] == "bf16"] == [320_101, 320_102, 320_201, 320_202]
 
 
-def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_note(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_note(tmp_path: Path) -> None:
     from t4serve.bench.runner import roofline_ceilings
+    from t4serve.gpus import known_gpu
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    ceilings, notes = roofline_ceilings(["bf16", "qat", "org/not-here"], {"bf16": 42.0})
+    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    t4, l4 = known_gpu("t4"), known_gpu("l4")
+    assert t4 is not None and l4 is not None
+    ceilings, notes = roofline_ceilings(["bf16", "qat", "org/not-here"], {"bf16": 42.0}, environ, t4)
     assert ceilings["bf16"] == 42.0
     qat = ceilings["qat"]
     assert qat is not None and qat > 100  # int4 weights read 2.47x fewer bytes than bf16's ~60 tok/s
+    assert any(n.startswith("qat: roofline ceiling on Tesla T4") for n in notes)
     assert ceilings["org/not-here"] is None
     assert any(n.startswith("org/not-here: no roofline ceiling") for n in notes)
+    # The card that runs the sweep, not always a T4: an L4 reads its weights faster.
+    on_l4, l4_notes = roofline_ceilings(["qat"], {}, environ, l4)
+    assert on_l4["qat"] is not None and on_l4["qat"] > qat and "on NVIDIA L4" in l4_notes[0]
+    # No known card here: no figure, and the note says why and how to give one.
+    none, why = roofline_ceilings(["qat"], {}, environ, None, "no GPU visible here (NVML found none)")
+    assert none == {"qat": None} and why == ["qat: no roofline ceiling: no GPU visible here (NVML found none) "
+                                             "(--ceiling qat=N gives one)"]
+
+
+def test_the_sweeps_card_is_its_first_gpu_by_name() -> None:
+    from t4serve.bench.runner import sweep_gpu
+
+    card, why = sweep_gpu({})  # this machine: no NVIDIA GPU
+    assert card is None and why.startswith("no GPU visible here")
 
 
 def serve_environ(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -255,8 +270,7 @@ def test_a_server_that_t4serve_serve_refuses_fails_every_cell_of_its_model_visib
     cells = grid.cells(opts.inputs, opts.concurrencies, opts.repeats)
     out = io.StringIO()
     runs: list[Run] = []
-    _run_model(opts, "bf16", cells, tmp_path, servers["bf16"], Progress(len(cells), out), runs.append,
-               environ=environ)
+    _run_model(opts, "bf16", cells, tmp_path, servers["bf16"], Progress(len(cells), out), runs.append, None, environ)
     assert len(runs) == len(cells) == 4
     assert [(r.concurrency, r.repeat) for r in runs] == [(c.concurrency, c.repeat) for c in cells]
     assert all(r.figures is None and r.error == "t4serve serve exited with code 3 before it was ready" for r in runs)

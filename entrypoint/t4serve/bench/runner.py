@@ -45,6 +45,7 @@ from t4serve.bench.serverside import MetricsSampler
 from t4serve.bench.telemetry import Sampler
 from t4serve.config.secrets import client_api_key
 from t4serve.errors import BenchError, ConfigError, T4ServeError
+from t4serve.gpus import KnownGpu
 from t4serve.httpclient import HttpFailure, fetch
 from t4serve.units import fmt_duration
 
@@ -160,7 +161,8 @@ def run_cell(
     tokenizer: str,
     cell: grid.Cell,
     raw_dir: Path,
-    api_key: str | None = None,
+    api_key: str | None,
+    environ: Mapping[str, str],
 ) -> Run:
     raw = raw_dir / raw_name(model, cell)
     log = raw.with_suffix(".log")
@@ -181,7 +183,7 @@ def run_cell(
     ):
         out.write("$ " + shlex.join(argv) + "\n")
         out.flush()
-        env = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else None
+        env = {**environ, "OPENAI_API_KEY": api_key} if api_key else dict(environ)
         try:
             done = subprocess.run(
                 argv, stdout=out, stderr=subprocess.STDOUT, timeout=opts.cell_timeout_s, check=False, env=env
@@ -240,30 +242,46 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
     raise BenchError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
-def default_tokenizer(model: str) -> str:
-    from t4serve.config.aliases import MODEL_ALIASES
+def default_tokenizer(model: str, environ: Mapping[str, str]) -> str:
+    """The checkpoint `model` names as T4SERVE_MODEL resolves it (an alias is expanded there, once); the name itself
+    where it names none (a running server's own model name)."""
+    from t4serve.config.settings import VARIABLES_BY_NAME
+    from t4serve.config.variables import Context, Invalid
 
-    return MODEL_ALIASES.get(model, model)
+    try:
+        return str(VARIABLES_BY_NAME["T4SERVE_MODEL"].parse(model, Context(environ, Path.cwd())).target)
+    except Invalid:
+        return model
+
+
+def sweep_gpu(environ: Mapping[str, str]) -> tuple[KnownGpu | None, str]:
+    """The known card this sweep runs on (its first visible GPU, by NVML's name), for the decode ceiling; None with
+    why when there is none or t4serve.gpus does not know it."""
+    from t4serve.gpus import match_known_gpu
+    from t4serve.probes.gpu import probe_gpu
+
+    facts = probe_gpu(environ)
+    if not facts.devices:
+        return None, f"no GPU visible here ({facts.error or 'NVML found none'})"
+    name = facts.devices[0].name
+    card = match_known_gpu(name)
+    return card, "" if card is not None else f"{name} is not among t4serve's known GPUs (t4serve.gpus.KNOWN_GPUS)"
 
 
 def roofline_ceilings(
-    models: list[str], given: dict[str, float], gpu_key: str = "t4"
+    models: list[str], given: dict[str, float], environ: Mapping[str, str], gpu: KnownGpu | None, no_gpu: str = ""
 ) -> tuple[dict[str, float | None], list[str]]:
-    """Per-stream decode ceiling per model: --ceiling first, else `roofline.decode_ceiling` on a known GPU.
+    """Per-stream decode ceiling per model: --ceiling first, else `roofline.decode_ceiling` on `gpu`, the card the
+    sweep runs on (`sweep_gpu`); without one, no ceiling and a note saying why (`no_gpu`).
 
     The checkpoint's headers come from the local cache or, for the aliases, the built-in facts
     (t4serve.probes.checkpoint); a model whose headers cannot be read gets no ceiling and a note saying why, never a
     made-up figure.
     """
     from t4serve.config.settings import Settings
-    from t4serve.gpus import known_gpu
     from t4serve.pipeline import probe_settings_model
     from t4serve.planning.roofline import decode_ceiling
 
-    gpu = known_gpu(gpu_key)
-    if gpu is None:
-        raise ConfigError(f"unknown GPU {gpu_key!r} for the roofline ceiling", found=gpu_key,
-                          required="a key of t4serve.gpus.KNOWN_GPUS", fix="--gpu t4")
     ceilings: dict[str, float | None] = {}
     notes: list[str] = []
     for model in models:
@@ -271,14 +289,17 @@ def roofline_ceilings(
             ceilings[model] = given[model]
             continue
         ceilings[model] = None
+        if gpu is None:
+            notes.append(f"{model}: no roofline ceiling: {no_gpu or 'no known GPU'} (--ceiling {model}=N gives one)")
+            continue
         try:
-            facts = probe_settings_model(Settings.from_environ(os.environ, overrides={"T4SERVE_MODEL": model}))
+            facts = probe_settings_model(Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model}))
             ceiling = decode_ceiling(facts, gpu)
         except T4ServeError as exc:
             notes.append(f"{model}: no roofline ceiling: {exc.what} ({exc.found})")
             continue
         ceilings[model] = ceiling.value
-        notes.append(f"{model}: roofline ceiling {ceiling}")
+        notes.append(f"{model}: roofline ceiling on {gpu.name} {ceiling}")
     return ceilings, notes
 
 
@@ -324,7 +345,8 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         (raw_dir / WARMUP_DIR).mkdir(exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     client_key = client_api_key(environ, "OPENAI_API_KEY")
-    ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
+    card, no_card = sweep_gpu(environ) if set(opts.models) - set(opts.ceilings) else (None, "")
+    ceilings, notes = roofline_ceilings(opts.models, opts.ceilings, environ, card, no_card)
     if opts.warmup_run:
         notes.append(f"each cell ran once before its repeats, unrecorded (--warmup-run; seed repeat 0, files in "
                      f"raw/{WARMUP_DIR}/), so kernels compiled for its batch shapes are not timed")
@@ -404,8 +426,8 @@ def _run_model(
     server: BenchServer | None,
     progress: Progress,
     record: Callable[[Run], None],
-    api_key: str | None = None,
-    environ: Mapping[str, str] | None = None,
+    api_key: str | None,
+    environ: Mapping[str, str],
 ) -> None:
     done = 0  # cells of this model recorded so far
     try:
@@ -413,20 +435,20 @@ def _run_model(
             if server is not None:
                 progress.stream.write(f"starting {model}: {server.describe()}\n")
                 log = raw_dir / f"server_{raw_name(model, cells[0])[:-5]}.log"
-                started = stack.enter_context(running_server(server, log, opts.ready_timeout_s,
-                                                             os.environ if environ is None else environ, api_key))
+                started = stack.enter_context(running_server(server, log, opts.ready_timeout_s, environ, api_key))
                 url, tokenizer = started.url, opts.tokenizers.get(model, started.checkpoint)
             else:
-                url, tokenizer = opts.base_urls[model].rstrip("/"), opts.tokenizers.get(model, default_tokenizer(model))
+                url = opts.base_urls[model].rstrip("/")
+                tokenizer = opts.tokenizers.get(model) or default_tokenizer(model, environ)
             name = served_model_name(url, api_key=api_key)
             for cell in cells:
                 if opts.warmup_run and cell.repeat == 1:
                     warm = run_cell(opts, model, url, name, tokenizer, grid.Cell(cell.input_len, cell.concurrency, 0),
-                                    raw_dir / WARMUP_DIR, api_key)
+                                    raw_dir / WARMUP_DIR, api_key, environ)
                     progress.stream.write(f"  warm-up {model} in={cell.input_len} c={cell.concurrency} (not recorded): "
                                           f"{warm.error or 'done'}\n")
                     progress.stream.flush()
-                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key)
+                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key, environ)
                 record(run)
                 done += 1
                 outcome = run.error or (

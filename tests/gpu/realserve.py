@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from t4serve.supervise.run_vllm import descendants, kill_tree
+from t4serve.supervise.children import descendants, kill_tree
 from t4serve.units import MIB
 
 T4_MEMORY_BYTES = 15360 * MIB

@@ -233,7 +233,7 @@ def test_sigterm_ends_a_wrapper_waiting_for_a_held_lock(tmp_path: Path, supervis
     """Another process holds the lock and never lets go: the wrapper, recording the next rung after vLLM died,
     waits at most atomic.LOCK_TIMEOUT_S for it, and a SIGTERM during that wait ends it at once."""
     from t4serve.supervise import compilerecord
-    from t4serve.supervise.run_vllm import descendants
+    from t4serve.supervise.children import descendants
 
     spec = _ladder_spec(tmp_path, compile_oom=True)
     cache = Path(spec.cache_dir)

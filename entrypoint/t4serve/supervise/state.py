@@ -250,6 +250,8 @@ def read_config_error(state_dir: Path) -> ConfigErrorRecord | None:
     """The configuration error `serve` stopped on and now waits after (CONFIG_ERROR_FILE), or None when it did not.
     A file that cannot be read is still such a stop: its record says why its message is missing."""
     path = state_dir / CONFIG_ERROR_FILE
+    if not path.exists() and not path.is_symlink():  # none (or no state folder: read_state says so)
+        return None
     try:
         record = from_dict(ConfigErrorRecord, load_json_file(path, MAX_STATE_BYTES, "the file"), where=path.name)
     except FileNotFoundError:

@@ -7,8 +7,8 @@ import inspect
 import re
 from pathlib import Path
 
-from t4serve.mcp.server import TOOL_GROUPS, TOOLS
 from t4serve.mcp.registry import ToolSpec
+from t4serve.mcp.server import TOOL_GROUPS, TOOLS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
 HEADER = "| tool | title | set | hints | what it does |"

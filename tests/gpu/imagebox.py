@@ -213,6 +213,8 @@ def receive(inbox: Path, parts_dir: Path) -> dict[str, Any]:
                        "the device gave the machine back between calls: send part 000 and the manifest again",
                        code=3)
     manifest = read_json(parts_dir / MANIFEST, "the manifest")
+    for wheel in inbox.glob("*.whl"):  # helpers (the zstandard wheel, for a host without the zstd program)
+        shutil.move(str(wheel), parts_dir / wheel.name)
     expected = {p["name"]: p for p in manifest["parts"]}
     for path in sorted(inbox.glob(PART_PREFIX + "*")):
         entry = expected.get(path.name)

@@ -61,6 +61,13 @@ CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitor_v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrule_v1.json",
+    # Derived whole from their upstream CRDs by tests/unit/data/crd/derive.py (each file's $comment names the commit).
+    ("gateway.networking.k8s.io/v1", "Gateway"): "gateway.networking.k8s.io_gateway_v1.json",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_httproute_v1.json",
+    ("monitoring.googleapis.com/v1", "PodMonitoring"): "monitoring.googleapis.com_podmonitoring_v1.json",
+    ("monitoring.googleapis.com/v1", "Rules"): "monitoring.googleapis.com_rules_v1.json",
+    ("networking.gke.io/v1", "HealthCheckPolicy"): "networking.gke.io_healthcheckpolicy_v1.json",
+    ("networking.gke.io/v1", "GCPBackendPolicy"): "networking.gke.io_gcpbackendpolicy_v1.json",
 }
 # Kinds that live outside any namespace; every other kind rendered here must carry one.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PersistentVolume",
@@ -108,7 +115,9 @@ def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str,
     expected = {
         "base": base,
         "overlays/gke-t4": base,
-        "overlays/eks-g4dn": base,
+        "overlays/gke-autopilot": base,
+        # A fresh EKS cluster marks no class as default: the overlay brings the cache's own (cluster-scoped).
+        "overlays/eks-g4dn": [*base, "StorageClass"],
         "overlays/aks-t4": base,
         "overlays/pinned-digest": base,
         "overlays/autoscaling": [*base, *monitoring, "ScaledObject"],
@@ -119,7 +128,8 @@ def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str,
         assert sorted(kinds(objs)) == sorted(expected[target]), target
         assert namespace_problems(objs) == [], target
         for obj in objs:
-            assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
+            if obj["kind"] not in CLUSTER_SCOPED:
+                assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
             assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "t4serve", (target, obj["kind"])
 
 
@@ -220,13 +230,17 @@ def storage_problems(objs: list[Obj]) -> list[str]:
 def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: dict[str, list[Obj]]) -> None:
     # The cloud overlays choose it for components/rwx-cache; the cloud-neutral overlays leave it unset on purpose,
     # where the claim stays Pending with a message naming the setting.
-    expected = {"overlays/gke-t4": "standard-rwx", "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
+    expected = {"overlays/gke-t4": "standard-rwx", "overlays/gke-autopilot": "standard-rwx",
+                "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
                 "base": RWX_CLASS_UNSET, "overlays/pinned-digest": RWX_CLASS_UNSET}  # fmt: skip
+    # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none), except on EKS, where
+    # a fresh cluster has no default class and the overlay names its own.
+    rwo_class = {"overlays/eks-g4dn": "t4serve-gp3"}
     for target, cls in expected.items():
         claim = one(rendered[target], "PersistentVolumeClaim")
         assert claim["metadata"]["annotations"][RWX_CLASS_ANNOTATION] == cls, target
-        # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none).
-        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in claim["spec"], target
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], target
+        assert claim["spec"].get("storageClassName") == rwo_class.get(target), target
     for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
         assert one(rendered[target], "PersistentVolumeClaim")["spec"]["storageClassName"] == RWX_CLASS_UNSET
         assert storage_problems(rendered[target]) != []
@@ -253,6 +267,8 @@ def namespace_problems(objs: list[Obj]) -> list[str]:
             problems.append(f"{where}: namespace {got!r}, the Deployment's is {namespace!r}")
         if obj["kind"] == "ScaledObject":
             for trigger in obj["spec"]["triggers"]:
+                if trigger["type"] != "prometheus":
+                    continue  # a schedule (components/keda-scale-to-zero) counts no queue
                 query = trigger["metadata"].get("query", "")
                 if f'namespace="{namespace}"' not in query:
                     problems.append(f"{where}: query {query!r} does not count namespace {namespace!r}")
@@ -288,7 +304,7 @@ def admits(policy: Obj, pod: Obj, ports: dict[str, int], source_namespace: str, 
     spec = policy["spec"]
     if not _selects(spec["podSelector"], pod["metadata"]["labels"]) or "Ingress" not in spec.get("policyTypes", []):
         return True
-    ns_labels = {"kubernetes.io/metadata.name": source_namespace}
+    ns_labels = {"kubernetes.io/metadata.name": source_namespace, **NAMESPACE_LABELS.get(source_namespace, {})}
     for rule in spec.get("ingress", []):
         rule_ports = rule.get("ports")
         if rule_ports is not None and not any(
@@ -311,11 +327,15 @@ def admits(policy: Obj, pod: Obj, ports: dict[str, int], source_namespace: str, 
     return False
 
 
-# The declared exposure: (source namespace or "SAME", port name) -> admitted. Prometheus runs in `monitoring`, the
-# ingress controller in `ingress-nginx` (base/networkpolicy.yaml says how to change them).
+# The labels the namespaces below carry besides kubernetes.io/metadata.name: the gateway's proxies run in a namespace
+# its operator labelled `t4serve/gateway=true`; ingress-nginx's namespace, unlabelled, is admitted no more.
+NAMESPACE_LABELS = {"envoy-gateway-system": {"t4serve/gateway": "true"}}
+# The declared exposure: (source namespace or "SAME", port name) -> admitted. Prometheus runs in `monitoring`
+# (base/networkpolicy.yaml says how to change it).
 EXPOSURE = {
     ("SAME", "http"): True, ("SAME", "telemetry"): False,
-    ("ingress-nginx", "http"): True, ("ingress-nginx", "telemetry"): False,
+    ("envoy-gateway-system", "http"): True, ("envoy-gateway-system", "telemetry"): False,
+    ("ingress-nginx", "http"): False, ("ingress-nginx", "telemetry"): False,
     ("monitoring", "http"): True, ("monitoring", "telemetry"): True,
     ("kube-system", "http"): False, ("other-team", "http"): False, ("other-team", "telemetry"): False,
 }  # fmt: skip
@@ -855,7 +875,11 @@ def test_keda_and_the_hpa_alternative_scale_on_the_same_vllm_metric(rendered: di
 
 def test_cloud_overlays_select_their_gpu_nodes(rendered: dict[str, list[Obj]]) -> None:
     gke = pod_spec(rendered["overlays/gke-t4"])
-    assert gke["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    # The T4, and GKE's `latest` driver (R580 for the image's CUDA 13): auto-provisioned and Autopilot nodes get
+    # `default` unless the pod asks.
+    assert gke["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                                   "cloud.google.com/gke-gpu-driver-version": "latest"}  # fmt: skip
+    assert pod_spec(rendered["overlays/gke-autopilot"])["nodeSelector"] == gke["nodeSelector"]
     eks = pod_spec(rendered["overlays/eks-g4dn"])
     term = eks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     instance_types = term["matchExpressions"][0]["values"]

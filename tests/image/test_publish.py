@@ -79,8 +79,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
                     "apt-get install docker-registry (.ci/run installs it)")  # fmt: skip
     folder = tmp_path_factory.mktemp("registry")
     host = f"127.0.0.1:{free_port()}"
-    config = {"version": 0.1, "log": {"level": "warn"}, "http": {"addr": host},
-              "storage": {"filesystem": {"rootdirectory": str(folder / "storage")}, "delete": {"enabled": True}}}  # fmt: skip
+    storage = {"filesystem": {"rootdirectory": str(folder / "storage")}, "delete": {"enabled": True}}
+    config = {"version": 0.1, "log": {"level": "warn"}, "http": {"addr": host}, "storage": storage}
     (folder / "config.yml").write_text(yaml.safe_dump(config))
     log = (folder / "registry.log").open("w")
     process = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=log, stderr=subprocess.STDOUT)

@@ -72,6 +72,9 @@ CRD_SCHEMAS = {
 # Kinds that live outside any namespace; every other kind rendered here must carry one.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PersistentVolume",
                   "CustomResourceDefinition", "PriorityClass"}  # fmt: skip
+# Cluster infrastructure a component brings, which stays in kube-system whatever namespace t4serve uses: NVIDIA's
+# device plugin (components/nvidia-device-plugin).
+KUBE_SYSTEM_OBJECTS = {("DaemonSet", "nvidia-device-plugin-daemonset")}
 # What pulling the image may take on the slowest link t4serve's start budget assumes (preflight.IMAGE_BYTES at
 # startbudget.MIN_DOWNLOAD_BYTES_PER_S): part of a rollout's turn, with the old pod's grace and the new pod's start.
 IMAGE_PULL_S = preflight.IMAGE_BYTES / MIN_DOWNLOAD_BYTES_PER_S
@@ -182,13 +185,21 @@ def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) ->
 def test_every_documented_recipe_renders_valid_objects_that_hold_every_rule(recipes: dict[str, list[Obj]]) -> None:
     # What the docs show: a cloud overlay alone, each with the autoscaling components, the RWX class named by hand, and
     # another namespace (two kustomizations). A renamed or dropped recipe fails here rather than going untested.
-    assert {"gke", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class", "another-namespace"} <= set(recipes)
+    assert {"gke", "gke-autopilot", "eks", "aks", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class",
+            "another-namespace", "monitoring-own-release", "shared-gateway", "aks-ingress"} <= set(recipes)
     for name, objs in recipes.items():
         assert namespace_problems(objs) == [], name
         assert deployment_problems(objs) == [], name
         assert storage_problems(objs) == [], name
         for version in K8S_VERSIONS:
             assert [e for obj in objs for e in validation_errors(obj, version)] == [], (name, version)
+    # Each cloud's first apply: its overlay, and on EKS and AKS NVIDIA's device plugin.
+    assert "DaemonSet" in kinds(recipes["eks"]) and "DaemonSet" in kinds(recipes["aks"])
+    assert "StorageClass" in kinds(recipes["eks"]) and "DaemonSet" not in kinds(recipes["gke-autopilot"])
+    assert {one(recipes[n], kind)["metadata"]["labels"]["release"] for n in ("monitoring-own-release",)
+            for kind in ("PodMonitor", "PrometheusRule")} == {"prometheus"}  # fmt: skip
+    assert one(recipes["shared-gateway"], "HTTPRoute")["spec"]["parentRefs"][0]["namespace"] == "gateway-system"
+    assert one(recipes["aks-ingress"], "Ingress")["spec"]["ingressClassName"] == "azure-application-gateway"
     scaled = recipes["gke-autoscaling"]
     assert {"ScaledObject", "PodMonitor", "PrometheusRule"} <= set(kinds(scaled)) and pod_spec(scaled)["nodeSelector"]
     assert one(scaled, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard-rwx"
@@ -253,13 +264,16 @@ def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: di
 
 
 def namespace_problems(objs: list[Obj]) -> list[str]:
-    """Every namespaced object has a namespace, all the same one (the Deployment's), and the KEDA query counts the
-    queue of that namespace."""
+    """Every namespaced object has a namespace, all the same one (the Deployment's) but the device plugin's (in
+    kube-system), and the KEDA query counts the queue of that namespace."""
     namespace = one(objs, "Deployment")["metadata"].get("namespace")
     problems = [] if namespace else ["Deployment: no namespace"]
     for obj in objs:
         where = f"{obj['kind']}/{obj['metadata'].get('name')}"
-        if obj["kind"] in CLUSTER_SCOPED:
+        if (obj["kind"], obj["metadata"].get("name")) in KUBE_SYSTEM_OBJECTS:
+            if obj["metadata"].get("namespace") != "kube-system":
+                problems.append(f"{where}: namespace {obj['metadata'].get('namespace')!r}, it belongs in kube-system")
+        elif obj["kind"] in CLUSTER_SCOPED:
             if obj["kind"] == "Namespace" and obj["metadata"]["name"] != namespace:
                 problems.append(f"{where}: creates a namespace other than the Deployment's {namespace}")
         elif obj["metadata"].get("namespace") != namespace:

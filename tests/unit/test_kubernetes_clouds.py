@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from test_kubernetes import (
     CRD_SCHEMAS,
     IMAGE_PULL_S,
     K8S_VERSIONS,
+    KUBE_SYSTEM_OBJECTS,
     admits,
     deployment_problems,
     namespace_problems,
@@ -45,8 +45,6 @@ from t4serve.config.aliases import MODEL_ALIASES
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise.startbudget import cold_start_budget
 
-# The device plugin is cluster infrastructure: it stays in kube-system whatever namespace t4serve uses.
-KUBE_SYSTEM_KINDS = {("DaemonSet", "nvidia-device-plugin-daemonset")}
 # Google's load-balancer and health-check source ranges (container-native load balancing reaches pod IPs from them).
 GOOGLE_LB_RANGES = {"130.211.0.0/22", "35.191.0.0/16"}
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -68,11 +66,7 @@ def render_error(overlay: str, components: tuple[str, ...], folder: Path) -> str
 def in_namespace(objs: list[Obj]) -> list[Obj]:
     """The objects that follow t4serve's namespace: all but the cluster-scoped ones and the device plugin."""
     return [o for o in objs if o["kind"] not in CLUSTER_SCOPED and (o["kind"], o["metadata"]["name"])
-            not in KUBE_SYSTEM_KINDS]  # fmt: skip
-
-
-def namespace_problems_but_the_plugin(objs: list[Obj]) -> list[str]:
-    return namespace_problems(in_namespace(objs) + [o for o in objs if o["kind"] in CLUSTER_SCOPED])
+            not in KUBE_SYSTEM_OBJECTS]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ every combination
@@ -82,7 +76,7 @@ def test_every_combination_renders_valid_objects_that_hold_every_rule(combos: di
     assert len(combos) >= 40
     problems = []
     for name, objs in combos.items():
-        problems += [f"{name}: {p}" for p in namespace_problems_but_the_plugin(objs)]
+        problems += [f"{name}: {p}" for p in namespace_problems(objs)]
         problems += [f"{name}: {p}" for p in deployment_problems(objs)]
         problems += [f"{name}: {p}" for p in storage_problems(objs) if "set-t4serve" not in p]
         for version in K8S_VERSIONS:
@@ -219,11 +213,11 @@ def test_a_namespace_set_below_the_components_reaches_every_one(overlay: str, tm
         (o["kind"], o["metadata"].get("namespace")) for o in followers if o["metadata"].get("namespace") != "team-b"
     ]
     assert one(objs, "Namespace")["metadata"]["name"] == "team-b"
-    assert namespace_problems_but_the_plugin(objs) == []
+    assert namespace_problems(objs) == []
     if "ScaledObject" in kinds(objs):
         assert 'namespace="team-b"' in one(objs, "ScaledObject")["spec"]["triggers"][0]["metadata"]["query"]
     for obj in objs:
-        if (obj["kind"], obj["metadata"]["name"]) in KUBE_SYSTEM_KINDS:
+        if (obj["kind"], obj["metadata"]["name"]) in KUBE_SYSTEM_OBJECTS:
             assert obj["metadata"]["namespace"] == "kube-system"
     assert deployment_problems(objs) == []
 
@@ -238,8 +232,9 @@ def test_a_namespace_set_beside_the_components_is_caught_by_the_rule(tmp_path: P
         + "".join(f"  - deploy/kubernetes/components/{c}\n" for c in ("nvidia-device-plugin", "monitoring", "keda"))
     )
     objs = render(tmp_path)
-    assert any("does not count namespace 'team-b'" in p for p in namespace_problems(objs))
-    assert one(objs, "DaemonSet")["metadata"]["namespace"] == "team-b"
+    problems = namespace_problems(objs)
+    assert any("does not count namespace 'team-b'" in p for p in problems)
+    assert "DaemonSet/nvidia-device-plugin-daemonset: namespace 'team-b', it belongs in kube-system" in problems
 
 
 # ------------------------------------------------------------------------------------------------------- monitoring
@@ -254,7 +249,8 @@ def test_monitoring_sets_the_release_label_once_for_both_objects(combos: dict[st
                                                                                           "PrometheusRule"]  # fmt: skip
     # Set in one place: one `labels:` entry of the component, and in neither object's own file.
     component = yaml.safe_load((COMPONENTS / "monitoring" / "kustomization.yaml").read_text())
-    assert [e["pairs"] for e in component["labels"] if "release" in e["pairs"]] == [{"release": "kube-prometheus-stack"}]
+    releases = [e["pairs"] for e in component["labels"] if "release" in e["pairs"]]
+    assert releases == [{"release": "kube-prometheus-stack"}]
     for name in ("podmonitor.yaml", "prometheusrule.yaml"):
         assert "release" not in yaml.safe_load((COMPONENTS / "monitoring" / name).read_text())["metadata"]["labels"]
 
@@ -295,8 +291,8 @@ def test_scale_to_zero_runs_on_a_schedule_that_opens_before_a_start(combos: dict
     start = re.fullmatch(r"(\d+) (\d+) .*", triggers["cron"]["start"])
     assert start
     lead_s = (8 * 60 - (int(start.group(2)) * 60 + int(start.group(1)))) * 60
-    print(f"\nscale to zero: a wake-up costs {warm:.0f} s of start from the cache volume + {IMAGE_PULL_S:.0f} s of image "
-          f"pull on a new node = {with_pull:.0f} s; the window opens {lead_s} s before 08:00")  # fmt: skip
+    print(f"\nscale to zero: a wake-up costs {warm:.0f} s of start from the cache volume + {IMAGE_PULL_S:.0f} s "
+          f"of image pull on a new node = {with_pull:.0f} s; the window opens {lead_s} s before 08:00")  # fmt: skip
     assert lead_s >= with_pull
     text = (COMPONENTS / "keda-scale-to-zero" / "kustomization.yaml").read_text()
     for figure in (f"{warm_of('qat'):.0f} s for QAT", f"{warm_of('bf16'):.0f} s for bf16"):
@@ -344,7 +340,8 @@ def test_the_ingress_health_checks_health_for_both_controllers(combos: dict[str,
     objs = combos["eks-g4dn+ingress"]
     ingress = one(objs, "Ingress")
     notes = ingress["metadata"]["annotations"]
-    paths = {notes["alb.ingress.kubernetes.io/healthcheck-path"], notes["appgw.ingress.kubernetes.io/health-probe-path"]}
+    paths = {notes["alb.ingress.kubernetes.io/healthcheck-path"],
+             notes["appgw.ingress.kubernetes.io/health-probe-path"]}  # fmt: skip
     assert paths == {"/health"} and paths <= OPEN_PATHS
     assert notes["alb.ingress.kubernetes.io/target-type"] == "ip"
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]

@@ -53,13 +53,16 @@ def derive(crd: dict[str, Any], version: str, source: str) -> dict[str, Any]:
         "tests/unit/data/crd/derive.py: the openAPIV3Schema whole, descriptions, defaults, formats and CEL rules "
         "dropped, every object with properties and without x-kubernetes-preserve-unknown-fields closed "
         "(additionalProperties false), as the API server's strict field validation rejects unknown fields.",
-        "x-kubernetes-group-version-kind": [{"group": spec["group"], "version": version, "kind": spec["names"]["kind"]}],
+        "x-kubernetes-group-version-kind": [
+            {"group": spec["group"], "version": version, "kind": spec["names"]["kind"]}
+        ],
         **derived,
     }
 
 
 if __name__ == "__main__":
     path, version, source = sys.argv[1:]
-    docs = [d for d in yaml.safe_load_all(open(path)) if d and d.get("kind") == "CustomResourceDefinition"]
+    with open(path) as crd_file:
+        docs = [d for d in yaml.safe_load_all(crd_file) if d and d.get("kind") == "CustomResourceDefinition"]
     json.dump(derive(docs[0], version, source), sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

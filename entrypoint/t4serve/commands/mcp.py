@@ -427,9 +427,8 @@ class GuardedLines:
         except UnicodeDecodeError as exc:
             await self._refuse(None, PARSE_ERROR, f"not UTF-8 (byte {exc.start})")
             return None
-        depth = json_depth(text)
-        if depth > MAX_MESSAGE_DEPTH:
-            await self._refuse(None, PARSE_ERROR, f"nested {depth} levels deep, more than {MAX_MESSAGE_DEPTH}")
+        if json_depth(text, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+            await self._refuse(None, PARSE_ERROR, f"nested more than {MAX_MESSAGE_DEPTH} levels deep")
             return None
         try:
             mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)

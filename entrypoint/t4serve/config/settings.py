@@ -42,10 +42,12 @@ from t4serve.config.variables import (
 from t4serve.config.vllmflags import (
     CONTROLLED_FLAGS,
     canonical_flag,
+    foreign_number,
     names_flag,
     redact_vllm_args,
     refused_value,
     secret_flag_inside,
+    secret_in_value,
     vllm_flag_conflict,
 )
 from t4serve.errors import ConfigError
@@ -174,6 +176,9 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
             or secret_flag_inside(arg)
             # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.config.kvflags).
             or refused_kv_flag(arg, following)
+            # A secret inside a JSON value, and numbers vLLM's parser reads otherwise than a person (issue 33).
+            or secret_in_value(arg)
+            or foreign_number(arg)
         )
         if problem is not None:
             flag = arg.split("=", 1)[0]

@@ -19,6 +19,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -380,6 +381,8 @@ class GuardedLines:
     def __init__(self, source: BinaryIO) -> None:
         self.source = source
         self.answers: Any = None
+        # The start of a line being skipped for its length: its id, when it comes first, is what the refusal answers.
+        self.head = b""
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -398,17 +401,21 @@ class GuardedLines:
                 del buffer[: end + 1 if end >= 0 else len(buffer)]
                 if skipping:
                     skipping = False
-                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    await self._refuse(leading_id(self.head), PARSE_ERROR,
+                                       f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
                     continue
                 text = await self._checked(line)
                 if text is not None:
                     yield text
             if len(buffer) > MAX_MESSAGE_BYTES:
+                if not skipping:
+                    self.head = bytes(buffer[:HEAD_BYTES])
                 buffer.clear()
                 skipping = True
             if ended:
                 if skipping:
-                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    await self._refuse(leading_id(self.head), PARSE_ERROR,
+                                       f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
                 return
 
     def _read(self) -> bytes:
@@ -421,6 +428,10 @@ class GuardedLines:
         from pydantic import ValidationError
 
         if not line.strip():
+            return None
+        if len(line) > MAX_MESSAGE_BYTES:  # it came whole in the chunk that passed the bound
+            await self._refuse(leading_id(line[:HEAD_BYTES]), PARSE_ERROR,
+                               f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
             return None
         try:
             text = line.decode("utf-8")
@@ -443,6 +454,14 @@ class GuardedLines:
             await self._refuse(raw_id if ok_id else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
                                "notification or response (jsonrpc \"2.0\", a method, an id of a string or integer)")
             return None
+        if '"id"' in text:
+            # The SDK reads a message whose id is an object, a list, null or true as a notification: never answered.
+            data = json.loads(text)
+            raw_id = data.get("id", 0) if isinstance(data, dict) else 0
+            if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
+                await self._refuse(None, INVALID_REQUEST, f"an id must be a string or an integer (found "
+                                   f"{type(raw_id).__name__ if raw_id is not None else 'null'})")
+                return None
         return text
 
     async def _refuse(self, request_id: str | int | None, code: int, why: str) -> None:
@@ -459,3 +478,29 @@ class GuardedLines:
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+# How much of an oversized line is kept to find its id (clients write "jsonrpc", "id" and "method" before "params").
+HEAD_BYTES = 64 * 1024
+_ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?[0-9]{1,19})\s*[,}]')
+
+
+def leading_id(head: bytes) -> str | int | None:
+    """The id of the JSON-RPC message `head` begins, when its top-level "id" comes within `head` (a string or an
+    integer); else None. A scan that skips strings and counts brackets, so an "id" inside params is not taken."""
+    depth, i, n = 0, 0, len(head)
+    while i < n:
+        c = head[i]
+        if c == 0x22:  # a string: to its closing quote
+            j = i + 1
+            while j < n and head[j] != 0x22:
+                j += 2 if head[j] == 0x5C else 1
+            if j >= n:
+                return None
+            if depth == 1 and head[i : j + 1] == b'"id"':
+                match = _ID_VALUE.match(head, j + 1)
+                value = json.loads(match.group(1)) if match is not None else None
+                return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+            i = j + 1
+            continue
+        depth += 1 if c in b"[{" else -1 if c in b"]}" else 0
+        i += 1
+    return None

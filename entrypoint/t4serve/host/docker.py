@@ -134,7 +134,7 @@ def find_compose(docker: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     plugin_missing = "is not a docker command" in output or "unknown command" in output.lower()
     answer = next((line for line in output.splitlines() if "is not a docker command" in line
                    or "unknown command" in line.lower()), output.splitlines()[-1])[:300]
-    standalone = shutil.which("docker-compose")
+    standalone = shutil.which("docker-compose", path=environ.get("PATH"))
     if plugin_missing and not environ.get("DOCKER") and standalone:
         return (standalone,)
     configured = f"DOCKER={docker}" if environ.get("DOCKER") else f"`{docker}`"

@@ -450,17 +450,16 @@ class GuardedLines:
                 await self._refuse(None, PARSE_ERROR, "not JSON")
                 return None
             raw_id = data.get("id") if isinstance(data, dict) else None
-            ok_id = isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and len(str(raw_id)) <= 200
-            await self._refuse(raw_id if ok_id else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
+            await self._refuse(raw_id if plain_id(raw_id) else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
                                "notification or response (jsonrpc \"2.0\", a method, an id of a string or integer)")
             return None
         if '"id"' in text:
             # The SDK reads a message whose id is an object, a list, null or true as a notification: never answered.
             data = json.loads(text)
             raw_id = data.get("id", 0) if isinstance(data, dict) else 0
-            if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
-                await self._refuse(None, INVALID_REQUEST, f"an id must be a string or an integer (found "
-                                   f"{type(raw_id).__name__ if raw_id is not None else 'null'})")
+            if not plain_id(raw_id):
+                await self._refuse(None, INVALID_REQUEST, "an id must be a string or an integer of at most 53 bits "
+                                   f"(found {type(raw_id).__name__ if raw_id is not None else 'null'})")
                 return None
         return text
 
@@ -483,6 +482,18 @@ HEAD_BYTES = 64 * 1024
 _ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?[0-9]{1,19})\s*[,}]')
 
 
+# The largest id answered as given: a JSON number a client (JavaScript's included) reads back exactly. The SDK gave
+# no answer at all to an id of 1e20.
+MAX_ID = 2**53 - 1
+
+
+def plain_id(value: object) -> bool:
+    """A JSON-RPC id this server answers with: a string of at most 200 characters or an integer within MAX_ID."""
+    if isinstance(value, str):
+        return len(value) <= 200
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_ID <= value <= MAX_ID
+
+
 def leading_id(head: bytes) -> str | int | None:
     """The id of the JSON-RPC message `head` begins, when its top-level "id" comes within `head` (a string or an
     integer); else None. A scan that skips strings and counts brackets, so an "id" inside params is not taken."""
@@ -498,7 +509,7 @@ def leading_id(head: bytes) -> str | int | None:
             if depth == 1 and head[i : j + 1] == b'"id"':
                 match = _ID_VALUE.match(head, j + 1)
                 value = json.loads(match.group(1)) if match is not None else None
-                return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+                return value if plain_id(value) else None
             i = j + 1
             continue
         depth += 1 if c in b"[{" else -1 if c in b"]}" else 0

@@ -137,7 +137,9 @@ def _speculative_method(name: str, value: str) -> tuple[str | None, str | None]:
         method = config.get("method")
         if method is None and config.get("model") is not None:
             return None, "its --speculative-config names a draft model, whose KV cache layers t4serve does not size"
-        return (str(method) if method is not None else None), None
+        if method is not None and not isinstance(method, str):
+            return None, f"its method must be a JSON string (found a {type(method).__name__})"
+        return method, None
     base, dot, key = name.partition(".")
     if dot and names_flag(base, "--speculative-config"):
         if key == "method":

@@ -171,13 +171,15 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
     for i, arg in enumerate(args):
         following = args[i + 1] if i + 1 < len(args) else None
         problem = (
-            vllm_flag_conflict(arg)
+            # First: a secret inside a JSON value is refused for that, before any reason that might quote the value.
+            secret_in_value(arg)
+            or (secret_in_value(following) if following is not None else None)
+            or vllm_flag_conflict(arg)
             or refused_value(arg, following)
             or secret_flag_inside(arg)
             # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.config.kvflags).
             or refused_kv_flag(arg, following)
-            # A secret inside a JSON value, and numbers vLLM's parser reads otherwise than a person (issue 33).
-            or secret_in_value(arg)
+            # Numbers vLLM's parser reads otherwise than a person (issue 33).
             or foreign_number(arg)
         )
         if problem is not None:

@@ -197,7 +197,18 @@ def test_a_hang_turns_liveness_red_within_its_budget(run_pod: Run) -> None:
           f"last: {pod.verdict.of('liveness')[-1].output}")  # fmt: skip
     assert 0 < took <= budget
     assert pod.verdict.of("liveness")[-1].output.endswith(": hung")
-    assert [ready for _, ready in pod.verdict.ready_changes][:2] == [True, False]
+    # Readiness followed the hang, by cause rather than by how soon the kubelet double got to probe on a loaded
+    # machine: every readiness answer read before the hang was ready, none that began after it, and the pod went
+    # unready only after the hang (it needs failureThreshold misses, which liveness may cut short by stopping the pod).
+    readiness = pod.verdict.of("readiness")
+    before = [r for r in readiness if wall(r.ended) < hung_at]
+    after = [r for r in readiness if wall(r.started) > hung_at]
+    assert all(r.ok for r in before) and not any(r.ok for r in after), [(r.ok, r.output) for r in readiness]
+    changes = pod.verdict.ready_changes
+    if before:
+        assert [ready for _, ready in changes][:1] == [True]
+    assert all(wall(at) > hung_at for at, ready in changes if not ready)
+    print(f"readiness: {len(before)} answers before the hang, {len(after)} after; changes {changes}")
 
 
 def test_a_reload_inside_the_container_never_turns_liveness_red(run_pod: Run) -> None:

@@ -143,9 +143,10 @@ def goodput_from_detail(data: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: f
             tpot = (float(latency) - float(ttft)) / (int(n) - 1) if int(n) > 1 else 0.0
             if float(ttft) * 1000 <= slo_ttft_ms and tpot * 1000 <= slo_tpot_ms:
                 good += 1
-    except (KeyError, TypeError, ValueError):
+        # The figure within the bounds every figure of a run is held to: a duration of 1e-300 s is no rate.
+        return check_finite(good / duration, "request_goodput", 0.0, MAX_FIGURE)
+    except (KeyError, TypeError, ValueError, OverflowError):  # Untrusted is a ValueError
         return None
-    return good / duration
 
 
 def _figures(data: dict[str, Any]) -> RunFigures:
@@ -285,7 +286,8 @@ def write_runs(folder: Path, runs_file: RunsFile) -> Path:
 
 def model_label(model: str) -> str:
     """A model as a file name's part: an alias or repo id's `/` and anything else a path would read become `_`."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+    # No leading dot either: `--models ../x` made raw/.._x_in512_c1_r1.json, a hidden file.
+    return re.sub(r"^[._]+", "", re.sub(r"[^A-Za-z0-9_.-]+", "_", model)).rstrip("_") or "model"
 
 
 def raw_name(model: str, cell: Cell) -> str:

@@ -348,6 +348,9 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         slo_tpot_ms=opts.slo_tpot_ms,
     )
     progress = Progress(runs_file.planned_runs, out)
+    # The line benchmark_status reads runs done / planned from, before the first run (a server start, minutes) ends.
+    out.write(f"[{'.' * 20}] 0/{runs_file.planned_runs} planned\n")
+    out.flush()
 
     def record(run: Run) -> None:
         # runs.json after every run: a sweep killed at any moment (even -9) leaves every finished run on disk.

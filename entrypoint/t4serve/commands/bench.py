@@ -18,7 +18,7 @@ import click
 from t4serve.bench.grid import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
 from t4serve.config.options import FloatText, IntText
 from t4serve.errors import BenchError, ConfigError
-from t4serve.untrusted import Untrusted, check_path, check_text, parse_float, printable
+from t4serve.untrusted import Untrusted, check_host, check_path, check_text, parse_float, parse_int, printable
 
 # results.MAX_MODEL_NAME_CHARS, restated so `t4serve bench --help` imports nothing of the sweep.
 MAX_MODEL_NAME_CHARS = 160
@@ -201,7 +201,16 @@ def command(
     parsed_inputs = grid.parse_int_list(inputs, "--inputs")
     concurrencies = grid.parse_int_list(concurrency, "--concurrency", grid.MAX_CONCURRENCY)
     grid.validate(parsed_inputs, concurrencies, repeats)
-    base_urls = _pairs(base_url, "--base-url", model_list)
+    base_urls = {key: _checked_url(key, url) for key, url in _pairs(base_url, "--base-url", model_list).items()}
+    for flag, pairs in (("--base-url", base_urls), ("--ceiling", ceilings)):
+        stray = [key for key in pairs if key not in model_list]
+        if stray:
+            raise ConfigError(
+                f"{flag} names a model not in --models: {printable(stray[0][:80])}",
+                found=f"{flag} for {', '.join(printable(k[:80]) for k in pairs)}; --models {', '.join(model_list)}",
+                required=f"{flag} MODEL=VALUE for models of --models only",
+                fix=f"add {printable(stray[0][:80])} to --models, or drop it from {flag}",
+            )
     tokenizers = _pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True)
     # Last, once every option is known good: a usage error leaves no folder behind.
     folder = output or Path(f"bench-{stamp}")
@@ -252,6 +261,33 @@ def command(
     if failed:
         click.echo(f"t4serve bench: {failed} of {len(runs_file.runs)} runs failed (see report.md)", err=True)
         ctx.exit(1)
+
+
+def _checked_url(model: str, url: str) -> str:
+    """A --base-url value: http(s)://HOST[:PORT][/PATH], the host through the one host check and the port through
+    the one integer parser; else a ConfigError (exit 2), where the sweep used to run and fail every cell (exit 6)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = parts.netloc.rpartition("@")[2]
+        port = netloc.rpartition("]")[2].rpartition(":")[2] if ":" in netloc.rpartition("]")[2] else None
+        if parts.scheme not in ("http", "https") or not host or "@" in parts.netloc or parts.query or parts.fragment:
+            raise Untrusted("must be http://HOST:PORT (no user, query or fragment)")
+        check_host(host)
+        if port is not None:
+            parse_int(port, 1, 65535)
+    except (Untrusted, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else str(exc)
+        raise ConfigError(
+            f"--base-url for {printable(model[:80])}: {printable(url[:200])!r} is not a server's URL ({reason})",
+            found=printable(url[:200]),
+            required="http://HOST:PORT or https://HOST:PORT/PATH, the host an IP address or a name, the port in "
+            "ASCII digits",
+            fix="--base-url http://127.0.0.1:8000",
+        ) from None
+    return url
 
 
 def _one_word(name: str) -> bool:

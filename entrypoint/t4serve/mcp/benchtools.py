@@ -64,6 +64,7 @@ class BenchTools(ToolGroup):
         concurrency = concurrency or [1, 4]
         progress = Progress(ctx)
         with self.env.exclusive("run_benchmark", ctx):
+            await progress.say("reading the server's state")
             status = await blocking(progress, "reading the server's state", lambda: read_status(self.env))
             if not status.ready or status.container is None:
                 raise not_ready("run_benchmark", status, "a ready server in a container")
@@ -96,6 +97,7 @@ class BenchTools(ToolGroup):
             ]
             if num_prompts is not None:
                 args += ["--num-prompts", str(num_prompts)]
+            await progress.say(f"starting t4serve bench as run {run_id}")
             done = await blocking(progress, "starting t4serve bench",
                                   lambda: self.engine.exec(container, ["sh", "-c", BENCH_SCRIPT, "sh", folder, *args],
                                                            detach=True))  # fmt: skip
@@ -106,6 +108,7 @@ class BenchTools(ToolGroup):
                 required="the running container to accept the command",
                 fix="server_status, then try again",
             )
+        await progress.say(f"run {run_id} started; follow it with benchmark_status")
         return BenchStart(
             run_id=run_id, container=container, output_dir=folder, poll=f"benchmark_status(run_id={run_id!r})"
         )

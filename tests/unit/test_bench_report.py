@@ -128,7 +128,7 @@ def test_spread_goodput_and_the_decision_when_pairs_disagree() -> None:
     row = dict(zip(table_row(text, "c"), table_row(text, "4"), strict=True))
     assert row["qat goodput req/s"] == "3.00 (75 %)"
     assert row["bf16 goodput req/s"] == "1.00 (25 %)"
-    qat, bf16 = summarize(runs)
+    qat, _ = summarize(runs)
     assert (qat.throughput_min, qat.throughput_max, qat.ttft_min_ms, qat.ttft_max_ms) == (90.0, 110.0, 290.0, 310.0)
     # Pairs on both sides of 1 are no decision; a single pair cannot decide either; all below 1 decide too.
     assert PairRatio(1.1, 0.9, 1.3, 3).decided == "no"

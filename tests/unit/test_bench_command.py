@@ -129,6 +129,7 @@ def test_report_with_other_objectives_prints_and_leaves_the_folder_alone(
 @pytest.mark.parametrize(("args", "says"), [
     (["--vllm", "/opt/venv/bin/vllm"], "--vllm names a command for --client per-run"),
     (["--client", "one"], "Invalid value for '--client'"),
+    (["--waves", "0"], "--waves"),
 ])
 def test_the_client_options_are_checked_before_anything_runs(
     args: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

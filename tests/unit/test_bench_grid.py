@@ -35,6 +35,7 @@ def test_a_run_is_ten_requests_per_stream_and_a_warmup_two(c: int, expected: int
     assert grid.prompts_per_cell(c, override=5) == 5
     assert grid.warmup_prompts(c) == warm
     assert grid.warmup_prompts(c, override=3) == min(warm, 3)  # never more than a recorded run sends
+    assert grid.prompts_per_cell(c, waves=6) == 6 * c and grid.warmup_prompts(c, waves=1) == c
 
 
 def order(steps: list[grid.Step]) -> list[str]:

@@ -52,14 +52,14 @@ STEADY_WAVES = 10
 WARMUP_WAVES = 2
 
 
-def prompts_per_cell(concurrency: int, override: int | None = None) -> int:
-    """10 x c (STEADY_WAVES): c streams busy for ten requests each, the steady state measured."""
-    return override if override is not None else STEADY_WAVES * concurrency
+def prompts_per_cell(concurrency: int, override: int | None = None, waves: int = STEADY_WAVES) -> int:
+    """`waves` x c (10 by default, STEADY_WAVES): c streams busy for that many requests each; or `override`."""
+    return override if override is not None else waves * concurrency
 
 
-def warmup_prompts(concurrency: int, override: int | None = None) -> int:
+def warmup_prompts(concurrency: int, override: int | None = None, waves: int = STEADY_WAVES) -> int:
     """A warm-up run's requests: 2 x c (WARMUP_WAVES), never more than the recorded runs send."""
-    return min(WARMUP_WAVES * concurrency, prompts_per_cell(concurrency, override))
+    return min(WARMUP_WAVES * concurrency, prompts_per_cell(concurrency, override, waves))
 
 
 def cells(inputs: list[int], concurrencies: list[int], repeats: int) -> list[Cell]:

@@ -71,7 +71,8 @@ class BenchOptions:
     repeats: int
     output_len: int
     output: Path
-    num_prompts: int | None = None  # requests per run; None: grid.prompts_per_cell (10 x c, a steady state)
+    num_prompts: int | None = None  # requests per run; None: grid.prompts_per_cell (waves x c, a steady state)
+    waves: int = grid.STEADY_WAVES  # requests per stream in a run, without num_prompts
     # model -> URL of a server already running it; empty: start each model's server from the plan.
     base_urls: dict[str, str] = field(default_factory=dict)
     # model -> tokenizer for `vllm bench serve --tokenizer`; default: the checkpoint the model names.
@@ -114,7 +115,7 @@ def bench_args(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
         "--random-output-len",
         str(opts.output_len),
         "--num-prompts",
-        str(num_prompts if num_prompts is not None else grid.prompts_per_cell(cell.concurrency, opts.num_prompts)),
+        str(num_prompts or grid.prompts_per_cell(cell.concurrency, opts.num_prompts, opts.waves)),
         "--max-concurrency",
         str(cell.concurrency),
         "--ignore-eos",
@@ -163,7 +164,7 @@ def cell_run(
         concurrency=cell.concurrency,
         repeat=cell.repeat,
         seed=cell.seed,
-        num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
+        num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts, opts.waves),
         raw_file=raw_file,
         figures=figures,
         error=error,
@@ -476,7 +477,7 @@ class Sweep:
             return
         if step.warmup:
             warm = run_cell(self.opts, self.client, step.model, at, cell, self.raw_dir / WARMUP_DIR,
-                            grid.warmup_prompts(cell.concurrency, self.opts.num_prompts))
+                            grid.warmup_prompts(cell.concurrency, self.opts.num_prompts, self.opts.waves))
             if warm.timing is not None and warm.timing.client_start_s:
                 self.carried_start_s += warm.timing.client_start_s
             self.progress.stream.write(f"  warm-up {label} (not recorded): {warm.error or 'done'}{_split(warm)}\n")

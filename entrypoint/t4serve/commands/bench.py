@@ -105,7 +105,10 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--output-len", type=IntText(1, 1 << 20), default=128, show_default=True,
               help="Generated tokens per request (--ignore-eos).")
 @click.option("--num-prompts", type=IntText(1, 1 << 20), default=None,
-              help="Requests per run [default: 10 x concurrency, a steady state: ten requests per stream].")
+              help="Requests per run [default: --waves x concurrency].")
+@click.option("--waves", type=IntText(1, 1000), default=10, show_default=True,
+              help="Without --num-prompts: requests per stream in a run (10: a steady state, the ramp and the drain "
+              "a small part of it).")
 @click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
 @click.option("--warmup-run", is_flag=True, default=False,
@@ -143,6 +146,7 @@ def command(
     repeats: int,
     output_len: int,
     num_prompts: int | None,
+    waves: int,
     num_warmups: int,
     warmup_run: bool,
     base_url: str | None,
@@ -231,6 +235,7 @@ def command(
         output_len=output_len,
         output=_output_folder(folder),
         num_prompts=num_prompts,
+        waves=waves,
         base_urls=base_urls,
         tokenizers=tokenizers,
         ceilings=ceilings,

@@ -51,6 +51,10 @@ def test_resident_servers_run_each_pair_back_to_back_alternating_between_repeats
     assert warm[0].cell.repeat == 0
     assert order(grid.sweep_steps(["A", "B", "C"], [8], [1], 2, together=True)) == ["A11", "B11", "C11",
                                                                                    "C12", "B12", "A12"]
+    # Cells by concurrency as listed, each through the inputs: the cells that decide first when listed first.
+    cells = [(s.cell.concurrency, s.cell.input_len) for s in grid.sweep_steps(["A"], [512, 4096], [16, 8], 1,
+                                                                               together=True)]
+    assert cells == [(16, 512), (16, 4096), (8, 512), (8, 4096)]
 
 
 def test_servers_started_one_at_a_time_run_rounds_the_last_server_of_a_round_beginning_the_next() -> None:

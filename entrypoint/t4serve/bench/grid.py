@@ -84,13 +84,14 @@ def pair_order(models: list[str], repeat: int) -> list[str]:
 
 def sweep_steps(models: list[str], inputs: list[int], concurrencies: list[int], repeats: int, *, together: bool,
                 warmup: bool = False) -> list[Step]:
-    """Every run in the order the sweep makes it (the module's docstring says why).
+    """Every run in the order the sweep makes it (the module's docstring says why). Cells go in the order of
+    `concurrencies`, each through `inputs` (a sweep cut short has done the first: list the deciding one first).
 
     together: per cell, the warm-ups (with `warmup`), then each repeat's pair back to back. Otherwise rounds: per
     repeat, each model in pair_order runs every cell; with `warmup`, a cell's warm-up precedes its first run in each
     server's life (a server lives from a change of model to the next)."""
     validate(inputs, concurrencies, repeats)
-    keys = [(i, c) for i in inputs for c in concurrencies]
+    keys = [(i, c) for c in concurrencies for i in inputs]
     steps: list[Step] = []
     if together:
         for i, c in keys:

@@ -9,6 +9,7 @@ supervisord, the vLLM wrapper, the canary) over the stand-in, measured by the re
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 
@@ -118,7 +119,7 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
         ("qat", 32, 1), ("bf16", 32, 1), ("bf16", 32, 2), ("qat", 32, 2),
         ("qat", 64, 1), ("bf16", 64, 1), ("bf16", 64, 2), ("qat", 64, 2)]
     timings = [r["timing"] for r in runs]
-    assert all(a["ended"] <= b["started"] for a, b in zip(timings, timings[1:], strict=False))
+    assert all(a["ended"] <= b["started"] for a, b in itertools.pairwise(timings))
     assert timings[0]["client_start_s"] > 0 and all(t["client_start_s"] == 0 for t in timings[1:])
     assert "client start-up: 1 start(s)" in result["stderr"]
     seeds = {(r["model"], r["input_len"], r["concurrency"], r["repeat"]): r["seed"] for r in runs}

@@ -64,18 +64,26 @@ def client_script(tmp_path: Path, template: str) -> Path:
 
 
 def client_package(tmp_path: Path, template: str, import_s: float = 0.0) -> Path:
-    """A stand-in for vLLM's command line as the sweep's client imports it (`vllm.entrypoints.cli.main.main`,
-    reading `sys.argv` as `vllm bench serve ARGS`): one of the scripts above as that function's body, under a
-    `vllm` package whose import takes `import_s` seconds (vLLM's import is what the sweep's client pays once).
-    Returns the folder to put on PYTHONPATH."""
+    """A stand-in for what the sweep's client imports of vLLM: `vllm.benchmarks.serve` (`add_cli_args`, and `main`
+    running one of the scripts above with `sys.argv` as `vllm bench serve ARGS`), a parser that keeps the arguments
+    as given (`vllm.utils.argparse_utils.FlexibleArgumentParser`), a detected platform (`vllm.platforms`); the
+    `vllm` package's import takes `import_s` seconds (vLLM's import is what the sweep's client pays once). Returns
+    the folder to put on PYTHONPATH."""
     root = tmp_path / "client-package"
-    cli = root / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
+    for sub in ("benchmarks", "utils", "platforms"):
+        (root / "vllm" / sub).mkdir(parents=True)
     (root / "vllm" / "__init__.py").write_text(f"import time\ntime.sleep({import_s})\n")
-    (root / "vllm" / "entrypoints" / "__init__.py").write_text("")
-    (cli / "__init__.py").write_text("")
+    (root / "vllm" / "benchmarks" / "__init__.py").write_text("")
+    (root / "vllm" / "utils" / "__init__.py").write_text("")
+    (root / "vllm" / "utils" / "argparse_utils.py").write_text(
+        "import argparse\n\n\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n"
+        "    def parse_args(self, args=None, namespace=None):\n        return argparse.Namespace(argv=list(args))\n")
+    (root / "vllm" / "platforms" / "__init__.py").write_text(
+        "class _Detected:\n    def is_unspecified(self):\n        return False\n\n\ncurrent_platform = _Detected()\n")
     body = template.format(python=sys.executable).split("\n", 1)[1]
-    (cli / "main.py").write_text("def main():\n" + textwrap.indent(body, "    "))
+    (root / "vllm" / "benchmarks" / "serve.py").write_text(
+        "def add_cli_args(parser):\n    pass\n\n\ndef main(ns):\n    import sys\n"
+        "    sys.argv = ['vllm', 'bench', 'serve', *ns.argv]\n" + textwrap.indent(body, "    "))
     return root
 
 
@@ -546,7 +554,7 @@ def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_f
     runs = read_runs(out).runs
     assert len(runs) == 4 and all(r.figures is None for r in runs)
     error = runs[0].error or ""
-    assert "cannot import vLLM's command line (vllm.entrypoints.cli.main)" in error
+    assert "cannot import vLLM's benchmark (vllm.benchmarks.serve)" in error
     assert "--client per-run --vllm CMD" in error and all(r.error == error for r in runs)
     assert "ModuleNotFoundError" in error  # the cause, as the import raised it
     assert (out / "raw" / "client.log").is_file()

@@ -3,9 +3,9 @@
 - `SweepClient` (`t4serve bench --client sweep`, the default): one process for the whole sweep,
   t4serve/bench/clientworker.py under a Python with vLLM (this one by default: the image's, the GPU host's), started
   by the first run. vLLM and torch are imported once (about 20-35 s on the GPU hosts so far, where each run of the
-  earlier process-per-run client paid it: 20 s of start-up behind 2-7 s measured); each run then goes through vLLM's
-  own `vllm bench serve` entry point in that process. A run past its timeout stops the process; the next run starts
-  another, and records that start-up as its own.
+  earlier process-per-run client paid it: 20 s of start-up behind 2-7 s measured); each run then is vLLM's own
+  `vllm.benchmarks.serve.main` called in that process with the arguments `vllm bench serve` would parse. A run past
+  its timeout stops the process; the next run starts another, and records that start-up as its own.
 - `PerRunClient` (`--client per-run`): `--vllm CMD bench serve ...`, a process per run: a vLLM in another
   environment than t4serve's, or one this Python cannot import.
 

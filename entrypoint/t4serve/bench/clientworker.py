@@ -1,15 +1,19 @@
 """One `vllm bench serve` client for a whole sweep: t4serve.bench.client.SweepClient starts it once and sends it every
 run, so vLLM (and torch below it) is imported once, not once per run.
 
-Run as a file by a Python that has vLLM (`PYTHON .../clientworker.py`): it imports nothing of t4serve. Each run goes
-through vLLM's own command line entry point in this process (`vllm.entrypoints.cli.main.main` with `sys.argv` as
-`vllm bench serve ARGS`: the `vllm` command's own function, so its set-up, argument parsing and checks are the same),
-which calls `vllm.benchmarks.serve.main` and writes the result file `--save-result` names.
+Run as a file by a Python that has vLLM (`PYTHON .../clientworker.py`): it imports nothing of t4serve. What `vllm
+bench serve ARGS` does (vllm/entrypoints/cli/main.py, vllm/entrypoints/cli/benchmark/serve.py in 0.33.0), done
+once: import `vllm.benchmarks.serve`, make the current platform the CPU's where none was detected (as the CLI does
+for `bench`), build its parser (a FlexibleArgumentParser given `vllm.benchmarks.serve.add_cli_args`); then per run:
+parse ARGS with it and call `vllm.benchmarks.serve.main(args)`, which runs the benchmark, writes the result file
+`--save-result` names and returns the same figures as a dict. Going through the whole CLI instead
+(`vllm.entrypoints.cli.main.main`) would build every subcommand's parser at every run, `vllm serve`'s engine
+arguments and every `vllm bench` kind among them: seconds to tens of seconds a run, measured in the image.
 
-One JSON object a line. On start, on the process's first stdout: {"ready": true, "import_s": S} once vLLM's command line
-is imported, or {"ready": false, "error": ...} and exit 3. Then for each request {"args": [...], "log": PATH} read
-from stdin: the run, its output (stdout and stderr) appended to PATH, and the answer {"rc": N, "error": ...}. The end
-of stdin ends it.
+One JSON object a line. On start, on the process's first stdout: {"ready": true, "import_s": S} once that is done,
+or {"ready": false, "error": ...} and exit 3. Then for each request {"args": [...], "log": PATH} read from stdin: the
+run, its output (stdout and stderr) appended to PATH, and the answer {"rc": N, "error": ...}. The end of stdin ends
+it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def answer(replies: IO[str], **fields: Any) -> None:
     replies.flush()
 
 
-def run(cli: ModuleType, args: list[str], log: str) -> tuple[int, str | None]:
+def run(bench: ModuleType, parser: Any, args: list[str], log: str) -> tuple[int, str | None]:
     """`vllm bench serve ARGS` in this process, fds 1 and 2 on the run's log; its exit status and, if not 0, why."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -43,7 +47,7 @@ def run(cli: ModuleType, args: list[str], log: str) -> tuple[int, str | None]:
         os.dup2(out.fileno(), 2)
         sys.argv = ["vllm", "bench", "serve", *args]
         try:
-            cli.main()
+            bench.main(parser.parse_args(args))
             rc = 0
         except SystemExit as exc:  # argparse's errors, and any sys.exit on the way
             rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -74,15 +78,21 @@ def main() -> int:
         return 3
     began = time.monotonic()
     try:
-        cli = importlib.import_module("vllm.entrypoints.cli.main")
+        bench = importlib.import_module("vllm.benchmarks.serve")
+        argparse_utils = importlib.import_module("vllm.utils.argparse_utils")
+        platforms = importlib.import_module("vllm.platforms")
+        if platforms.current_platform.is_unspecified():
+            platforms.current_platform = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+        parser = argparse_utils.FlexibleArgumentParser(prog="vllm bench serve")
+        bench.add_cli_args(parser)
     except Exception as exc:
-        answer(replies, ready=False, error=f"{sys.executable} cannot import vLLM's command line "
-               f"(vllm.entrypoints.cli.main): {type(exc).__name__}: {str(exc)[:300]}")
+        answer(replies, ready=False, error=f"{sys.executable} cannot import vLLM's benchmark "
+               f"(vllm.benchmarks.serve): {type(exc).__name__}: {str(exc)[:300]}")
         return 3
     answer(replies, ready=True, import_s=round(time.monotonic() - began, 3), python=sys.executable)
     for line in sys.stdin:
         request = json.loads(line)
-        rc, error = run(cli, [str(a) for a in request["args"]], str(request["log"]))
+        rc, error = run(bench, parser, [str(a) for a in request["args"]], str(request["log"]))
         answer(replies, rc=rc, error=error)
     return 0
 

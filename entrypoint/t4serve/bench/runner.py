@@ -480,7 +480,8 @@ class Sweep:
                             grid.warmup_prompts(cell.concurrency, self.opts.num_prompts, self.opts.waves))
             if warm.timing is not None and warm.timing.client_start_s:
                 self.carried_start_s += warm.timing.client_start_s
-            self.progress.stream.write(f"  warm-up {label} (not recorded): {warm.error or 'done'}{_split(warm)}\n")
+            done = warm.error or "done"
+            self.progress.stream.write(f"  warm-up {label} (not recorded): {done}{_client_time(warm)}\n")
             self.progress.stream.flush()
             return
         run = run_cell(self.opts, self.client, step.model, at, cell, self.raw_dir)
@@ -488,10 +489,10 @@ class Sweep:
         outcome = run.error or (
             f"{run.figures.output_throughput:.2f} tok/s, TPOT {run.figures.median_tpot_ms:.2f} ms, "
             f"{run.figures.failed} failed" if run.figures else "?")
-        self.progress.step(f"{label} r={cell.repeat}", outcome + _split(run))
+        self.progress.step(f"{label} r={cell.repeat}", outcome + _client_time(run))
 
 
-def _split(run: Run) -> str:
+def _client_time(run: Run) -> str:
     """A run's client time, as its progress line shows it: start-up paid, its wall time, the part measured."""
     t = run.timing
     if t is None:

@@ -82,7 +82,7 @@ def main() -> int:
         argparse_utils = importlib.import_module("vllm.utils.argparse_utils")
         platforms = importlib.import_module("vllm.platforms")
         if platforms.current_platform.is_unspecified():
-            platforms.current_platform = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+            setattr(platforms, "current_platform", importlib.import_module("vllm.platforms.cpu").CpuPlatform())  # noqa: B010
         parser = argparse_utils.FlexibleArgumentParser(prog="vllm bench serve")
         bench.add_cli_args(parser)
     except Exception as exc:

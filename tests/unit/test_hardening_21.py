@@ -397,7 +397,7 @@ HOSTILE_RUNS: dict[str, dict[str, Any]] = {
     "concurrency 0": runs_json(concurrencies=[0, 1], run0_concurrency=0),
     "a run of concurrency 0": runs_json(run0_concurrency=0),
     "duplicate cells": runs_json(runs=runs_json()["runs"] * 2),
-    "schema 2": runs_json(schema=2),
+    "schema 3": runs_json(schema=3),
     "no schema": {k: v for k, v in runs_json().items() if k != "schema"},
     "model with a newline": runs_json(models=["qat\n| x |", "bf16"], run0_model="qat\n| x |"),
     "model listed twice": runs_json(models=["qat", "qat"]),

@@ -105,12 +105,15 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--output-len", type=IntText(1, 1 << 20), default=128, show_default=True,
               help="Generated tokens per request (--ignore-eos).")
 @click.option("--num-prompts", type=IntText(1, 1 << 20), default=None,
-              help="Requests per cell [default: max(4 x concurrency, 8)].")
+              help="Requests per run [default: --waves x concurrency].")
+@click.option("--waves", type=IntText(1, 1000), default=10, show_default=True,
+              help="Without --num-prompts: requests per stream in a run (10: a steady state, the ramp and the drain "
+              "a small part of it).")
 @click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
 @click.option("--warmup-run", is_flag=True, default=False,
-              help="Run each cell once, unrecorded, before its repeats (raw/warmup/): kernels a new batch shape "
-              "compiles are not timed.")
+              help="Run each cell once per server, unrecorded, before its first pair (2 x concurrency requests, "
+              "raw/warmup/): kernels a new batch shape compiles are not timed.")
 @click.option(
     "--base-url",
     default=None,
@@ -120,7 +123,11 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--tokenizer", default=None, help="Tokenizer: PATH (for every model) or MODEL=PATH,...")
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
-@click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
+@click.option("--client", "client_kind", type=click.Choice(["sweep", "per-run"]), default="sweep", show_default=True,
+              help="sweep: one `vllm bench serve` client for the whole sweep, in this Python (vLLM imported once); "
+              "per-run: --vllm's command, a process per run.")
+@click.option("--vllm", default=None, help="With --client per-run: the vLLM command whose `bench serve` runs "
+              "[default: vllm].")
 @click.option("--ready-timeout", default="1800", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
               help="Seconds a started server may take to load.")
 @click.option("--cell-timeout", default="3600", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
@@ -139,22 +146,28 @@ def command(
     repeats: int,
     output_len: int,
     num_prompts: int | None,
+    waves: int,
     num_warmups: int,
     warmup_run: bool,
     base_url: str | None,
     tokenizer: str | None,
     ceiling: str | None,
     output: Path | None,
-    vllm: str,
+    client_kind: str,
+    vllm: str | None,
     ready_timeout: float,
     cell_timeout: float,
     slo_ttft_ms: float,
     slo_tpot_ms: float,
 ) -> None:
-    """Run the published T4 sweep: per model, input length, concurrency and repeat, `vllm bench serve`.
+    """Run the published T4 sweep: per input length, concurrency and repeat, `vllm bench serve` for each model.
 
-    Without --base-url each model is served by `t4serve serve` (preflight, plan, canary, supervision), started and
-    stopped in turn. Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json, report.md and PNG plots.
+    The models are interleaved: a cell's repeat is a pair, one run of each model, the order alternating between
+    repeats (A B, then B A); the report gives each cell's ratio pair by pair. With --base-url (servers already
+    running) a pair's runs are back to back. Without it each model is served by `t4serve serve` (preflight, plan,
+    canary, supervision), one at a time, in rounds: every cell once per server start, the rounds alternating.
+    Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json and report.md after every run, the PNG plots
+    at the end, and prints where the client's time went (start-up against measured time).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -183,6 +196,7 @@ def command(
                 required="tok/s, a finite number above 0",
                 fix=f"--ceiling {key}=60.3",
             ) from None
+    given_vllm, vllm = vllm, vllm if vllm is not None else "vllm"
     try:
         vllm_command = shlex.split(vllm)
     except ValueError as exc:
@@ -196,6 +210,13 @@ def command(
             found=vllm[:200],
             required="a command, shell-quoted, e.g. vllm or '/opt/venv/bin/python -m vllm.entrypoints.cli.main'",
             fix="--vllm vllm",
+        )
+    if given_vllm is not None and client_kind != "per-run":
+        raise ConfigError(
+            "--vllm names a command for --client per-run; the default client runs vLLM in this Python",
+            found=f"--vllm {vllm[:200]!r} with --client {client_kind}",
+            required="--client per-run beside --vllm, or no --vllm",
+            fix=f"--client per-run --vllm {shlex.quote(vllm[:200])}",
         )
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     parsed_inputs = grid.parse_int_list(inputs, "--inputs")
@@ -223,10 +244,12 @@ def command(
         output_len=output_len,
         output=_output_folder(folder),
         num_prompts=num_prompts,
+        waves=waves,
         base_urls=base_urls,
         tokenizers=tokenizers,
         ceilings=ceilings,
         vllm=vllm,
+        client=client_kind,
         num_warmups=num_warmups,
         warmup_run=warmup_run,
         ready_timeout_s=ready_timeout,

@@ -51,7 +51,7 @@ class BenchTools(ToolGroup):
         repeats: Annotated[int, Field(description="runs per cell, each with its own seed (1 to 5)", ge=1, le=5)] = 1,
         output_len: Annotated[int, Field(description="tokens generated per request (1 to 2048)", ge=1, le=2048)] = 128,
         num_prompts: Annotated[
-            int | None, Field(description="requests per run (1 to 1000; default max(4 x concurrency, 8))", ge=1,
+            int | None, Field(description="requests per run (1 to 1000; default 10 x concurrency)", ge=1,
                               le=1000)
         ] = None,
         ctx: Context | None = None,

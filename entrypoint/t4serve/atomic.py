@@ -10,6 +10,7 @@ time and refusing a lock path that is not a regular file, so a hostile or stuck 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -55,25 +56,56 @@ class LockError(Exception):
         self.reason = reason
 
 
-def open_lock(path: Path, mode: int = 0o644) -> int:
-    """A descriptor of the lock file `path` (created with `mode` when absent), opened read-write for flock.
+def open_lock(path: Path, mode: int = 0o644, *, private: bool = False) -> int:
+    """A descriptor of the lock file `path` (created with `mode` when absent), opened read-write for flock. The one
+    way t4serve opens a lock file.
 
-    Opened non-blocking and only as a regular file, so a FIFO, a device or a folder at the lock's path is refused at
-    once (LockError) instead of blocking open() or failing later in a write."""
+    Opened non-blocking, without following a symlink (O_NOFOLLOW: a link at the lock's path, dangling or not, is
+    refused, never its target opened or created), and only as a regular file, so a FIFO, a device or a folder at the
+    lock's path is refused at once (LockError) instead of blocking open() or failing later in a write. `private` (a
+    lock whose file is written, as the MCP deployment lock's holder record): the folder must be a real folder of this
+    user that no one else can write, and the file this user's with one link, so a file planted there (a hard link to
+    another file) is never truncated."""
+    if private:
+        _check_private_folder(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, mode)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW, mode)
     except IsADirectoryError:
         raise LockError(f"the lock {path} must be a regular file (it is a directory)") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LockError(f"the lock {path} must be a regular file (it is a symbolic link)") from None
         raise LockError(f"the lock {path} cannot be opened: {exc.strerror or type(exc).__name__}") from None
     try:
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            raise LockError(f"the lock {path} must be a regular file (it is {file_kind(kind)})")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LockError(f"the lock {path} must be a regular file (it is {file_kind(info.st_mode)})")
+        if private and (info.st_uid != os.geteuid() or info.st_nlink != 1):
+            raise LockError(
+                f"the lock {path} must be a file of this user (uid {os.geteuid()}) with one link (it is uid "
+                f"{info.st_uid}'s, with {info.st_nlink} links)"
+            )
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _check_private_folder(path: Path) -> None:
+    """The folder of a private lock: a folder (not a link to one) owned by this user, writable by no one else."""
+    folder = path.parent
+    try:
+        info = os.lstat(folder)
+    except OSError as exc:
+        raise LockError(f"the lock's folder {folder} cannot be read: {exc.strerror or type(exc).__name__}") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else file_kind(info.st_mode)
+        raise LockError(f"the lock's folder {folder} must be a folder (it is {kind})")
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise LockError(
+            f"the lock's folder {folder} must be this user's (uid {os.geteuid()}) and writable by no one else (it is "
+            f"uid {info.st_uid}'s, mode {stat.S_IMODE(info.st_mode):o})"
+        )
 
 
 @contextlib.contextmanager

@@ -5,7 +5,19 @@
 - `t4serve`: t4serve's plan as it comes (the pool passed explicitly, max_num_seqs from what it holds).
 
     python tests/gpu/bench_host.py OUT WORK [--servers published,t4serve] [--inputs 512,4096]
-        [--concurrency 8,16] [--repeats 3] [--timeout 1500]
+        [--concurrency 16,8,4,1] [--repeats 3] [--waves auto] [--timeout SECONDS]
+
+Both servers are resident (each sized as a T4 on the H200), so `t4serve bench --base-url` interleaves them pair by
+pair: per cell and repeat the two runs back to back, A B then B A, with one client process for the whole sweep;
+runs.json, runs.csv and report.md are written after every run, so a hold cut short leaves every complete pair and a
+report that says which cells are complete. The cells go 16 streams first (512 then 4,096 tokens), then 8, 4 and 1:
+the claims rest on c=16 and c >= 8, so a sweep cut short has decided those first.
+
+Before it starts, it prints tests/gpu/bench_estimate.py's estimate of the step on an H200 from the earlier records
+against the step's budget (a 30-minute hold less about 8 minutes of transfers). `--waves auto` (the default) runs
+10 x c requests a run where the estimate at the record's speed fits, else the most that fit (and says so); the
+sweep itself is stopped by SIGTERM (bench then writes its partial report) where it would run past the budget
+(`--timeout`, default what the budget leaves once the servers are up).
 
 Both servers run `--enable-per-request-metrics`, so every request's server-side queue time and TTFT land in vLLM's
 detailed results (raw/), beside the /metrics figures t4serve bench keeps per run, and `--jit-monitor-verbose`, so
@@ -106,16 +118,51 @@ class CpuSampler:
                 "peak_cores": peak, "samples": self.samples}
 
 
+def run_sweep(cmd: list[str], env: dict[str, str], timeout: float) -> int | str:
+    """`t4serve bench` to its end, or, past `timeout`, SIGTERM (bench writes the partial report: every complete
+    pair, the cells complete) and, if it has not ended a minute later, SIGKILL (runs.json is current after every
+    run either way)."""
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+            return f"stopped by SIGTERM after {timeout:.0f} s"
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return f"killed after {timeout + 60:.0f} s"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("work", type=Path)
     parser.add_argument("--servers", default="published,t4serve")
     parser.add_argument("--inputs", default="512,4096")
-    parser.add_argument("--concurrency", default="8,16")
+    parser.add_argument("--concurrency", default="16,8,4,1")
     parser.add_argument("--repeats", default="3")
-    parser.add_argument("--timeout", type=float, default=1500, help="seconds the sweep itself may take")
+    parser.add_argument("--waves", default="auto", help="requests per stream in a run, or auto (see above)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds the sweep itself may take [default: what the step's budget leaves]")
     args = parser.parse_args(argv)
+    # The step's start: gpu-host.sh's (it installs the stack and writes the checkpoints first), else now.
+    step_began = float(os.environ.get("T4SERVE_GPU_STEP_STARTED") or time.time())
+    from bench_estimate import HOLD_S, PACK_S, TRANSFERS_S, read_record, report, waves_that_fit
+    from bench_estimate import Cell as EstimateCell
+
+    cells = [EstimateCell(int(i), int(c)) for i in args.inputs.split(",") for c in args.concurrency.split(",")]
+    waves = args.waves
+    if waves == "auto":
+        fit = waves_that_fit(read_record(), cells, int(args.repeats), 1.0)
+        waves = str(min(max(fit, 1), 10))
+        if fit < 10:
+            print(f"the estimate does not fit the step's budget with 10 x c requests a run: {waves} x c a run "
+                  "(a measured-time budget per run, see the estimate)", flush=True)
+    print(report([int(i) for i in args.inputs.split(",")], [int(c) for c in args.concurrency.split(",")],
+                 int(args.repeats), int(waves)), flush=True)
     out, work = args.out, args.work
     ckpt = work / "checkpoints" / "bf16"
     known = servers_for(work, ckpt)
@@ -159,16 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             urls = ",".join(f"{n}={s.base_url}" for n, s in servers.items())
             cmd = ["t4serve", "bench", "--models", ",".join(servers), "--base-url", urls, "--tokenizer", str(ckpt),
                    "--inputs", args.inputs, "--concurrency", args.concurrency, "--repeats", args.repeats,
-                   "--warmup-run", "--ceiling", ",".join(f"{n}={ceiling:.1f}" for n in servers),
+                   "--waves", waves, "--warmup-run", "--ceiling", ",".join(f"{n}={ceiling:.1f}" for n in servers),
                    "--output", str(out / "sweep")]
             record["command"] = cmd
-            print(" ".join(cmd), flush=True)
+            budget = HOLD_S - TRANSFERS_S - PACK_S - (time.time() - step_began)
+            timeout = args.timeout if args.timeout is not None else max(budget, 60.0)
+            record["sweep_timeout_s"] = round(timeout, 1)
+            # What is known before the sweep is on disk now: a hold that ends during it still brings this back.
+            write_json(out / "servers.json", record)
+            print(" ".join(cmd), f"(stopped after {timeout:.0f} s if still running)", flush=True)
             began = time.time()
-            try:
-                record["bench_exit"] = subprocess.run(cmd, env=next(iter(servers.values())).environment(),
-                                                      timeout=args.timeout).returncode
-            except subprocess.TimeoutExpired:
-                record["bench_exit"] = f"stopped after {args.timeout} s"
+            record["bench_exit"] = run_sweep(cmd, next(iter(servers.values())).environment(), timeout)
             record["bench_s"] = round(time.time() - began, 1)
     finally:
         for s in servers.values():

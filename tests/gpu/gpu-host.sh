@@ -17,12 +17,16 @@
 #   cold-profile   bf16 with T4SERVE_KV_CACHE_MEMORY_BYTES=profile, cold then warm, at T4 memory
 #   cold-profile-first   its cold start alone
 #   lifecycle  crash/restart/give-up, drain, canary and profile side by side
-#   bench      t4serve bench: the published flags against t4serve's plan in one run; T4SERVE_GPU_BENCH_ARGS picks the
-#              grid (default: inputs 512,4096, concurrency 8,16, 3 repeats; see tests/gpu/bench_host.py)
+#   bench      t4serve bench: the published flags against t4serve's plan in one run, interleaved pair by pair;
+#              T4SERVE_GPU_BENCH_ARGS picks the grid (default: inputs 512,4096, concurrency 16,8,4,1, 3 repeats,
+#              10 x c requests a run where the estimate fits the hold; see tests/gpu/bench_host.py and
+#              tests/gpu/bench_estimate.py, which prints the estimate on any machine)
 #   bench-published, bench-t4serve   one of the two servers
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+# When this step began: bench_host.py budgets its sweep from it (the stack's install and the checkpoints come first).
+export T4SERVE_GPU_STEP_STARTED=${T4SERVE_GPU_STEP_STARTED:-$(date +%s)}
 site=${T4SERVE_GPU_SITE:-/tmp/site} work=${T4SERVE_GPU_ROOT:-/tmp/t4serve-gpu}
 mkdir -p "$out" "$work"
 if [ ! -d "$site/vllm" ]; then

@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from t4serve.supervise.children import descendants, kill_tree
-from t4serve.units import MIB
+from ballast import T4_MEMORY_BYTES, Ballast  # noqa: F401 - re-exported: the tests take them from here
 
-T4_MEMORY_BYTES = 15360 * MIB
+from t4serve.supervise.children import descendants, kill_tree
+
 HERE = Path(__file__).resolve().parent
 PROBE_HOOK = HERE / "probe_hook"
 
@@ -47,52 +46,6 @@ def vllm_version() -> str | None:
         return metadata.version("vllm")
     except metadata.PackageNotFoundError:
         return None
-
-
-# --- the ballast ---------------------------------------------------------------------------------------------------
-
-_BALLAST_CODE = r"""
-import sys, time, torch
-leave = int(sys.argv[1])
-torch.cuda.init()
-free, total = torch.cuda.mem_get_info()
-hold = free - leave
-x = torch.empty(max(hold, 0), dtype=torch.uint8, device="cuda") if hold > 0 else None
-free2, _ = torch.cuda.mem_get_info()
-print(f"ballast holds {max(hold, 0)} B; device free {free2} B of {total} B", flush=True)
-while True:
-    time.sleep(3600)
-"""
-
-
-class Ballast:
-    """Holds all of the device's free memory but `leave_bytes` until closed."""
-
-    def __init__(self, leave_bytes: int) -> None:
-        self.leave_bytes = leave_bytes
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BALLAST_CODE, str(leave_bytes)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "T4SERVE_GPU_PROBE_DIR": ""},
-        )
-        assert self.proc.stdout is not None
-        self.line = self.proc.stdout.readline().strip()
-        if not self.line.startswith("ballast holds"):
-            self.close()
-            raise RuntimeError(f"ballast did not start: {self.line!r} (exit {self.proc.poll()})")
-        self.device_free = int(self.line.split("device free ")[1].split(" ")[0])
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-    def __enter__(self) -> Ballast:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- processes -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A queue of tests/gpu/gpu-host.sh steps that outlives the device tool's 10-minute calls:
+# A queue of tests/gpu/gpu-host.sh steps (or another runner's: T4SERVE_GPU_RUNNER, a path in this checkout, e.g.
+# tests/gpu/image-host.sh for the image itself) that outlives the device tool's 10-minute calls:
 #   tests/gpu/session.sh start PARTS STEP [STEP...]   start the steps one after another, detached; returns at once
 #   tests/gpu/session.sh wait SECONDS OUT             follow the queue for up to SECONDS (or to its end), then pack
 #                                                     every result so far into OUT/results.tar.xz.NN
@@ -23,19 +24,21 @@ case $cmd in
       echo "session.sh start: a queue is already running (pid $(cat "$results/session.pid"))" >&2; exit 2
     fi
     src=$(cd "$(dirname "$0")/../.." && pwd)
+    runner=${T4SERVE_GPU_RUNNER:-tests/gpu/gpu-host.sh}
+    [ -f "$src/$runner" ] || { echo "session.sh start: no runner $runner in $src (T4SERVE_GPU_RUNNER)" >&2; exit 2; }
     copy=$root.repo
     rm -rf "$copy" && mkdir -p "$copy" "$results"
     (cd "$src" && tar --exclude=./.gpu --exclude=./.venv --exclude=./.git -cf - .) | tar -xf - -C "$copy"
     rm -f "$results/DONE" "$results/session.pid"
     nohup setsid bash -c '
-      parts=$1 results=$2 copy=$3; shift 3
+      parts=$1 results=$2 copy=$3 runner=$4; shift 4
       echo $$ >"$results/session.pid"
       for step in "$@"; do
         echo "=== $step started $(date -u +%FT%TZ)"
-        rc=0; bash "$copy/tests/gpu/gpu-host.sh" "$parts" "$step" "$results/$step" >"$results/$step.log" 2>&1 || rc=$?
+        rc=0; bash "$copy/$runner" "$parts" "$step" "$results/$step" >"$results/$step.log" 2>&1 || rc=$?
         echo "=== $step ended $(date -u +%FT%TZ), exit $rc"
       done
-      touch "$results/DONE"' queue "$parts" "$results" "$copy" "$@" >>"$results/session.log" 2>&1 </dev/null &
+      touch "$results/DONE"' queue "$parts" "$results" "$copy" "$runner" "$@" >>"$results/session.log" 2>&1 </dev/null &
     for _ in $(seq 50); do [ -s "$results/session.pid" ] && break; sleep 0.1; done
     [ -s "$results/session.pid" ] || { echo "session.sh start: the queue did not start (see $results/session.log)" >&2; exit 1; }
     echo "queue started (pid $(cat "$results/session.pid")): $*"
@@ -69,7 +72,9 @@ case $cmd in
     mkdir -p "$out" && cp "$results/session.log" "$out/"
     # With them each server's log and state as they stand now (servers/NAME/...): a step cut short by the end of the
     # device time leaves no record of its own, but its servers' logs and phases still say how far it got.
-    live=$(cd "$root" && ls -d ./*/serve.log ./*/state 2>/dev/null || true)
+    # The image's containers (tests/gpu/image-host.sh): their logs and configs, not their layers or volumes.
+    live=$(cd "$root" && ls -d ./*/serve.log ./*/state ./imagebox/*/log ./imagebox/*/config.json ./imagebox/*/exit \
+      2>/dev/null || true)
     # shellcheck disable=SC2086
     tar -C "$root" -cf - ./results $live | xz -T0 -6 | split -b 15M -d -a 2 - "$out/results.tar.xz."
     ls -la "$out"

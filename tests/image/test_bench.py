@@ -9,6 +9,7 @@ supervisord, the vLLM wrapper, the canary) over the stand-in, measured by the re
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 
@@ -111,11 +112,21 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
     assert "| qat | 100.0 | 32 | 1 |" in report  # the roofline fraction row
 
     runs = result["runs"]["runs"]
+    # Interleaved pair by pair (A B, then B A), cells by concurrency then input, all in one client process that
+    # imported the image's vLLM once (the first run paid it); each run's start and end recorded.
+    assert result["runs"]["order"] == "interleaved" and result["runs"]["client"] == "sweep"
+    assert [(r["model"], r["input_len"], r["repeat"]) for r in runs] == [
+        ("qat", 32, 1), ("bf16", 32, 1), ("bf16", 32, 2), ("qat", 32, 2),
+        ("qat", 64, 1), ("bf16", 64, 1), ("bf16", 64, 2), ("qat", 64, 2)]
+    timings = [r["timing"] for r in runs]
+    assert all(a["ended"] <= b["started"] for a, b in itertools.pairwise(timings))
+    assert timings[0]["client_start_s"] > 0 and all(t["client_start_s"] == 0 for t in timings[1:])
+    assert "client start-up: 1 start(s)" in result["stderr"]
     seeds = {(r["model"], r["input_len"], r["concurrency"], r["repeat"]): r["seed"] for r in runs}
     assert seeds[("qat", 32, 1, 1)] == seeds[("bf16", 32, 1, 1)] == 320_101
     assert len({s for (m, *_), s in seeds.items() if m == "qat"}) == 4
     qat_ok = [r for r in runs if r["model"] == "qat"]
-    assert all(r["figures"]["completed"] == 8 and r["figures"]["failed"] == 0 for r in qat_ok)
+    assert all(r["figures"]["completed"] == 10 and r["figures"]["failed"] == 0 for r in qat_ok)  # 10 x c
     assert all(r["figures"] is None or r["figures"]["completed"] == 0 for r in runs if r["model"] == "bf16")
     assert result["csv"].count("\n") == 1 + 8
 
@@ -123,7 +134,7 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
     # the default objectives, so every request was good. The detailed result keeps per-request TTFTs.
     raw = result["raw_qat"]
     assert raw["request_goodput"] == pytest.approx(raw["request_throughput"])
-    assert len(raw["ttfts"]) == 8 and len(raw["latencies"]) == 8
+    assert len(raw["ttfts"]) == 10 and len(raw["latencies"]) == 10
     assert all(r["figures"]["request_goodput"] == pytest.approx(r["figures"]["request_throughput"]) for r in qat_ok)
     assert "TTFT was within 2000 ms and TPOT within 100 ms" in report
     # vLLM's /metrics per run (here the stand-in's, which serves vLLM's names): the queue and decode times of the
@@ -137,9 +148,9 @@ def test_bench_with_real_vllm_client_and_standin(run_in_image: RunInImage) -> No
 
     # Same prompts for both checkpoints; different across cells and repeats.
     assert sorted(result["qat_prompts"]) == sorted(result["bf16_prompts"])
-    # 4 runs of 8 prompts; the initial test and warm-up requests reuse a run's first prompt. One shared seed would
-    # give at most 9 distinct prompts.
-    assert len(set(result["qat_prompts"])) >= 3 * 8
+    # 4 runs of 10 prompts; the initial test and warm-up requests reuse a run's first prompt. One shared seed would
+    # give at most 11 distinct prompts.
+    assert len(set(result["qat_prompts"])) >= 3 * 10
 
 
 # Bench starting its own servers: `t4serve serve` per model, in the stand-in image (the stand-in is `vllm serve`, the
@@ -185,7 +196,7 @@ def test_bench_starts_t4serve_serve_for_each_model(docker_bin: str, standin: str
     assert result["rc"] == 0, result["stderr"]
     runs = result["runs"]["runs"]
     assert [(r["model"], r["error"]) for r in runs] == [("qat", None), ("bf16", None)], result["stderr"]
-    assert all(r["figures"]["completed"] == 8 and r["figures"]["failed"] == 0 for r in runs)
+    assert all(r["figures"]["completed"] == 10 and r["figures"]["failed"] == 0 for r in runs)
     # Each model was served by t4serve serve: its own plan's checkpoint, ready only after the canary, then drained.
     assert result["specs"]["qat"]["argv"][:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
     assert result["specs"]["bf16"]["argv"][:3] == ["vllm", "serve", "google/gemma-4-E2B-it"]

@@ -7,9 +7,9 @@ container, its log lines and the server's state (`state`, written as the state f
 container exits at once instead, with that code and `log_lines`, as one with a bad setting does; with
 `config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait (the
 state folder then holds that error, as `serve` leaves it). `exec` of `t4serve ...` runs this checkout's real t4serve
-in a child process, with the container's state folder and cache volume as folders under `root` (and `bin` first on
-PATH, for a stand-in `vllm` client), so every answer the host reads is the real command's. Every call is recorded in
-`calls`.
+in a child process, with the container's state folder and cache volume as folders under `root` (and `pythonpath`,
+for a stand-in of what bench's client imports of vLLM), so every answer the host reads is the real command's. Every
+call is recorded in `calls`.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ class FakeEngine:
     api_port: int | None = None
     published_container_port: int = 8000
     calls: list[tuple[str, object]] = field(default_factory=list)
+    # A folder on the container's PYTHONPATH (a stand-in for what bench's client imports of vLLM), or None.
+    pythonpath: Path | None = None
 
     @property
     def project_directory(self) -> Path:
@@ -152,6 +154,8 @@ class FakeEngine:
         env = {**keep, "T4SERVE_STATE_DIR": str(self.in_container(STATE_DIR)),
                "T4SERVE_CACHE_DIR": str(self.in_container(CACHE_DIR)), "HF_HUB_OFFLINE": "1",
                "PATH": f"{self.root / 'bin'}{os.pathsep}{keep.get('PATH', '')}", **extra}  # fmt: skip
+        if self.pythonpath is not None:
+            env["PYTHONPATH"] = str(self.pythonpath)
         done = subprocess.run([sys.executable, "-m", "t4serve", *args], capture_output=True, text=True,
                               timeout=60, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
         return Completed(done.returncode, done.stdout, done.stderr)

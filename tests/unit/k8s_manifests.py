@@ -132,3 +132,59 @@ def prestop_seconds(ctr: Obj) -> int:
     command = hook["exec"]["command"]
     assert command[0] == "sleep" and len(command) == 2, f"preStop is not a plain sleep: {command}"
     return int(command[1])
+
+
+# ------------------------------------------------------------------------------------- overlays with components
+
+COMPONENTS = DEPLOY / "components"
+# What each cloud overlay is combined with in the tests (and in the policy scan): the components that make sense on that
+# cloud, alone and together, as docs/kubernetes.md describes them. Each tuple lists components in the order they go
+# into a kustomization's `components:`.
+COMMON_SETS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("namespace",),
+    ("rwx-cache",),
+    ("monitoring", "keda"),
+    ("monitoring", "hpa"),
+    ("monitoring", "keda", "keda-scale-to-zero"),
+    ("gateway",),
+    ("ingress",),
+)
+CLOUD_SETS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "gke-t4": (("monitoring-gmp",), ("gateway-gke",),
+               ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke")),
+    "gke-autopilot": (("monitoring-gmp",), ("gateway-gke",),
+                      ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke")),
+    "eks-g4dn": (("nvidia-device-plugin",),
+                 ("namespace", "nvidia-device-plugin", "monitoring", "keda", "keda-scale-to-zero", "ingress")),
+    "aks-t4": (("nvidia-device-plugin",),
+               ("namespace", "nvidia-device-plugin", "monitoring", "hpa", "ingress")),
+    "pinned-digest": (("monitoring", "keda"),),
+}  # fmt: skip
+
+
+def combinations() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """name -> (overlay, components): every cloud overlay with every set that applies to it."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for overlay, sets in CLOUD_SETS.items():
+        for components in (*COMMON_SETS, *sets):
+            out[f"{overlay}+{'+'.join(components) or 'nothing'}"] = (overlay, components)
+    return out
+
+
+def render_combination(overlay: str, components: tuple[str, ...], folder: Path,
+                       namespace: str | None = None) -> list[Obj]:
+    """A user's kustomization (beside a link to deploy/) over `overlay` with `components`; with `namespace`, laid out as
+    docs/kubernetes.md says: the namespace set in a kustomization of its own below the one that adds the components."""
+    (folder / "deploy").symlink_to(REPO / "deploy")
+    base = f"../deploy/kubernetes/overlays/{overlay}"
+    if namespace is not None:
+        (folder / "app").mkdir()
+        (folder / "app" / "kustomization.yaml").write_text(f"namespace: {namespace}\nresources:\n  - {base}\n")
+        base = "../app"
+    lines = ["resources:", f"  - {base}"]
+    if components:
+        lines += ["components:", *(f"  - ../deploy/kubernetes/components/{c}" for c in components)]
+    (folder / "mine").mkdir()
+    (folder / "mine" / "kustomization.yaml").write_text("\n".join(lines) + "\n")
+    return render(folder / "mine")

@@ -124,3 +124,16 @@ def test_report_with_other_objectives_prints_and_leaves_the_folder_alone(
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     assert main(["bench", "report", str(folder), "--slo-ttft-ms", "nan"]) == 2
     assert "must be a number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--vllm", "/opt/venv/bin/vllm"], "--vllm names a command for --client per-run"),
+    (["--client", "one"], "Invalid value for '--client'"),
+    (["--waves", "0"], "--waves"),
+])
+def test_the_client_options_are_checked_before_anything_runs(
+    args: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--models", "qat", "--output", str(tmp_path / "out"), *args]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,7 @@ import io
 
 from test_bench_results import figures, hand_runs, run
 
-from t4serve.bench.report import CSV_COLUMNS, compare, markdown, runs_csv, winner_and_ratio
+from t4serve.bench.report import CSV_COLUMNS, compare, markdown, runs_csv
 from t4serve.bench.results import Run, RunsFile, Telemetry, summarize
 
 
@@ -23,23 +23,28 @@ def table_row(text: str, first_cell: str) -> list[str]:
     raise AssertionError(f"no row {first_cell!r} in:\n{text}")
 
 
-def test_markdown_row_has_throughput_per_stream_ttft_variation_winner_ratio() -> None:
+def test_markdown_row_has_throughput_tpot_ttft_variation_and_the_ratios_pair_by_pair() -> None:
     text = markdown(runs_file(hand_runs()))
     assert "## input 512 tokens" in text
     header = table_row(text, "c")
+    assert header[1:5] == ["qat tok/s", "qat TPOT ms", "bf16 tok/s", "bf16 TPOT ms"]  # TPOT beside throughput
     row = dict(zip(header, table_row(text, "4"), strict=True))
     assert row["qat tok/s"] == "100.00 [90 - 110]"  # median [lowest - highest] over the repeats
     assert row["bf16 tok/s"] == "52.50 [50 - 55]"
-    assert row["qat per stream"] == "50.00"
-    assert row["bf16 per stream"] == "28.57"
+    assert row["qat TPOT ms"] == "20.00"  # median of 20, 25, 18
+    assert row["bf16 TPOT ms"] == "35.00"  # median of 40, 30
     assert row["qat TTFT ms"] == "300"
     assert row["bf16 TTFT ms"] == "410"
     assert row["variation %"] == "20.0"
     assert row["winner"] == "qat"
-    assert row["ratio"] == "1.90x"
-    assert row["decided"] == "yes"  # qat's lowest repeat (90) beats bf16's highest (55)
+    # Pair by pair (bf16's repeat 3 failed, so two pairs): 100 / 50 and 110 / 55, both 2.00, where the medians'
+    # ratio would say 100 / 52.5 = 1.90. TPOT: 20 / 40 = 0.50 and 25 / 30 = 0.83, median 0.67.
+    assert row["ratio"] == "2.00x [2.00 - 2.00] (2 pairs)"
+    assert row["TPOT ratio"] == "0.67x [0.50 - 0.83] (2 pairs)"
+    assert row["decided"] == "yes"  # qat ahead in every pair
     assert row["failed requests"] == "2"
     assert "- bf16, input 512, c=4: 1 repeat(s) failed" in text
+    assert "Partial" not in text and "Runs made sequentially" in text  # a schema-1 file: no order recorded
 
 
 def test_failed_cell_is_reported_not_dropped() -> None:
@@ -71,10 +76,20 @@ def test_telemetry_table_and_its_absence() -> None:
     assert "Not sampled: NVML unavailable: no driver" in markdown(runs_file(runs))
 
 
-def test_winner_needs_two_models_with_throughput() -> None:
-    qat, bf16 = summarize(hand_runs())
-    assert winner_and_ratio([qat, bf16]) == ("qat", "1.90x")
-    assert winner_and_ratio([qat]) == ("qat", "-")
+def test_the_winner_is_the_model_ahead_pair_by_pair_and_a_lone_model_has_no_ratio() -> None:
+    import dataclasses
+
+    from t4serve.bench.pairs import verdict
+
+    v = verdict(hand_runs(), ["qat", "bf16"], 512, 4)
+    assert v is not None and (v.winner, v.runner_up, v.throughput.median, v.throughput.pairs) == ("qat", "bf16", 2.0, 2)
+    assert verdict([r for r in hand_runs() if r.model == "qat"], ["qat", "bf16"], 512, 4) is None
+    # No repeat measured by both: no pair, no ratio (the lone model with figures is still named the winner).
+    apart = [dataclasses.replace(r, repeat=r.repeat + 3) if r.model == "bf16" else r for r in hand_runs()]
+    assert verdict(apart, ["qat", "bf16"], 512, 4) is None
+    row = dict(zip(table_row(markdown(runs_file(apart)), "c"), table_row(markdown(runs_file(apart)), "4"),
+                   strict=True))
+    assert (row["winner"], row["ratio"], row["decided"]) == ("-", "-", "-")
 
 
 def test_csv_has_one_row_per_run_with_per_stream() -> None:
@@ -92,14 +107,17 @@ def test_compare_shows_both_folders_and_the_change() -> None:
     after_runs += [run("bf16", i, None, "crashed") for i in (1, 2, 3)]
     text = compare(before, runs_file(after_runs), "old", "new")
     assert "A = old, B = new" in text
-    assert "| qat | 512 | 4 | 100.00 | 120.00 | +20.0 % | 50.00 | 62.50 | +25.0 % | 300 | 240 | -20.0 % |" in text
+    # Pair by pair: 120 over 100, 110 and 90 (+20.0, +9.1, +33.3 %); TPOT 16 over 20, 25, 18; TTFT 240 over 300,
+    # 310, 290.
+    assert ("| qat | 512 | 4 | 100.00 | 120.00 | +20.0 % [+9.1 - +33.3] | 20.00 | 16.00 | -20.0 % [-36.0 - -11.1] | "
+            "300 | 240 | -20.0 % [-22.6 - -17.2] |") in text
     assert "| bf16 | 512 | 4 | 52.50 | FAILED | - |" in text
 
 
-def test_spread_goodput_and_the_decision_when_ranges_overlap() -> None:
+def test_spread_goodput_and_the_decision_when_pairs_disagree() -> None:
     import dataclasses
 
-    from t4serve.bench.report import decided
+    from t4serve.bench.pairs import PairRatio
 
     runs = [dataclasses.replace(r, figures=dataclasses.replace(r.figures, request_throughput=4.0,
                                                                 request_goodput=3.0 if r.model == "qat" else 1.0))
@@ -110,13 +128,19 @@ def test_spread_goodput_and_the_decision_when_ranges_overlap() -> None:
     row = dict(zip(table_row(text, "c"), table_row(text, "4"), strict=True))
     assert row["qat goodput req/s"] == "3.00 (75 %)"
     assert row["bf16 goodput req/s"] == "1.00 (25 %)"
-    qat, bf16 = summarize(runs)
+    qat, _ = summarize(runs)
     assert (qat.throughput_min, qat.throughput_max, qat.ttft_min_ms, qat.ttft_max_ms) == (90.0, 110.0, 290.0, 310.0)
-    # Overlapping ranges are no decision; a single repeat on a side cannot decide either.
-    close = dataclasses.replace(bf16, throughput_max=95.0)
-    assert decided([qat, close]) == "no"
-    assert decided([qat, dataclasses.replace(bf16, repeats_ok=1)]) == "-"
-    assert decided([qat]) == "-"
+    # Pairs on both sides of 1 are no decision; a single pair cannot decide either; all below 1 decide too.
+    assert PairRatio(1.1, 0.9, 1.3, 3).decided == "no"
+    assert PairRatio(1.1, 1.0, 1.3, 3).decided == "no"
+    assert PairRatio(2.0, 2.0, 2.0, 1).decided == "-"
+    assert PairRatio(0.8, 0.7, 0.9, 2).decided == "yes"
+    # One pair where bf16 is ahead: the cell is within the spread.
+    flipped = [dataclasses.replace(r, figures=dataclasses.replace(r.figures, output_throughput=120.0))
+               if r.model == "bf16" and r.repeat == 2 and r.figures else r for r in hand_runs()]
+    row = dict(zip(table_row(markdown(runs_file(flipped)), "c"), table_row(markdown(runs_file(flipped)), "4"),
+                   strict=True))
+    assert row["ratio"] == "1.46x [0.92 - 2.00] (2 pairs)" and row["decided"] == "no"
 
 
 def test_server_side_section_takes_medians_over_repeats() -> None:
@@ -137,3 +161,21 @@ def test_server_side_section_takes_medians_over_repeats() -> None:
     rows = list(csv.DictReader(io.StringIO(runs_csv(runs))))
     assert rows[1]["server_waiting_max"] == "6.0000" and rows[3]["server_waiting_max"] == ""
     assert "## server side" not in markdown(runs_file(hand_runs()))
+
+
+def test_an_incomplete_sweeps_report_says_which_cells_are_complete() -> None:
+    import dataclasses
+
+    complete = [r if r.figures else run("bf16", 3, figures(60.0, 35.0, 400.0)) for r in hand_runs()]
+    partly = [run("qat", 1, figures(150.0, 30.0, 300.0), c=8), run("bf16", 1, figures(70.0, 50.0, 500.0), c=8),
+              run("qat", 2, figures(150.0, 30.0, 300.0), c=8)]  # the hold ended before bf16's repeat 2
+    rf = dataclasses.replace(runs_file(complete + partly), concurrencies=[4, 8, 16], planned_runs=18,
+                             interrupted="stopped by SIGTERM", order="interleaved")
+    text = markdown(rf)
+    assert "**Partial**: 9 of 18 runs finished (stopped by SIGTERM)" in text
+    assert "Complete cells (every model measured every repeat): 512/c4." in text
+    assert "Incomplete: 512/c8 (1 of 3 pairs). Without a complete pair: 512/c16." in text
+    assert "Runs made interleaved: per cell and repeat" in text
+    row = dict(zip(table_row(text, "c"), table_row(text, "8"), strict=True))
+    assert row["ratio"] == "2.14x (1 pair)" and row["decided"] == "-"
+    assert table_row(text, "16")[1] == "not run"

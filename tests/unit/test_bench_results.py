@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from t4serve.bench.results import (
     summarize,
     write_runs,
 )
+from t4serve.bench.timing import RunTiming
 from t4serve.errors import ConfigError
+from t4serve.serde import to_dict
 
 
 def figures(throughput: float, tpot: float, ttft: float, completed: int = 16, failed: int = 0) -> RunFigures:
@@ -95,9 +98,36 @@ def test_runs_file_round_trips(tmp_path: Path) -> None:
     runs[0] = Run(
         **{**runs[0].__dict__, "telemetry": Telemetry(samples=3, power_w_mean=69.5, throttle_reasons=["SW power cap"])}
     )
-    original = RunsFile(1, ["qat", "bf16"], [512], [4], 3, 128, "2026-12-01T00:00:00+00:00", runs, {"qat": 150.0})
+    runs[1] = dataclasses.replace(runs[1], timing=RunTiming("2026-12-01T00:00:01.000+00:00",
+                                                           "2026-12-01T00:00:09.500+00:00", 8.5, 0.0))
+    original = RunsFile(2, ["qat", "bf16"], [512], [4], 3, 128, "2026-12-01T00:00:00+00:00", runs, {"qat": 150.0},
+                        order="interleaved", client="sweep")
     write_runs(tmp_path, original)
     assert read_runs(tmp_path) == original
+
+
+def test_a_schema_1_folder_reads_as_made_sequentially_and_other_schemas_are_refused(tmp_path: Path) -> None:
+    """The records in docs/verified are schema 1: no timing, no order. They read (and `bench report` writes them
+    back as schema 2); a schema this t4serve does not know is refused with its number."""
+    import json
+
+    data = to_dict(RunsFile(2, ["qat", "bf16"], [512], [4], 3, 128, "2026-12-01T00:00:00+00:00", hand_runs()))
+    for key in ("order", "client"):
+        del data[key]
+    for run_data in data["runs"]:
+        del run_data["timing"]
+    (tmp_path / "runs.json").write_text(json.dumps({**data, "schema": 1}))
+    old = read_runs(tmp_path)
+    assert (old.schema, old.order, old.client) == (2, "sequential", None)
+    assert all(r.timing is None for r in old.runs)
+    (tmp_path / "runs.json").write_text(json.dumps({**data, "schema": 3}))
+    with pytest.raises(ConfigError, match="of a schema this t4serve does not read"):
+        read_runs(tmp_path)
+    bad = {**data, "schema": 2, "order": "shuffled", "client": None}
+    bad["runs"] = [{**r, "timing": None} for r in data["runs"]]
+    (tmp_path / "runs.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="order 'shuffled'"):
+        read_runs(tmp_path)
 
 
 def test_reading_a_folder_without_runs_is_a_config_error(tmp_path: Path) -> None:
@@ -149,7 +179,9 @@ def test_bench_report_command_writes_the_report_from_raw(tmp_path: Path) -> None
     assert main(["bench", "report", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
     assert "**Partial**: 3 of 4 runs finished (rebuilt from raw/)" in report
-    assert "| 4 | 1,036.90 | not run |" in report
+    assert "| 4 | 1,036.90 | 3.00 | not run |" in report  # published's tok/s and TPOT; t4serve's
+    assert "Complete cells (every model measured every repeat): 512/c1." in report
+    assert "Without a complete pair: 512/c4." in report
     assert (tmp_path / "runs.json").is_file() and (tmp_path / "runs.csv").is_file()
     assert main(["bench", "report", str(tmp_path)]) == 0  # now from the runs.json it wrote: the same report
     assert (tmp_path / "report.md").read_text() == report
@@ -246,7 +278,7 @@ def test_bench_merge_command_writes_one_folder_or_none(tmp_path: Path, capsys: p
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
     assert main(["bench", "merge", str(out), f"published={tmp_path / 'a'}", str(tmp_path / "b")]) == 0
     report = (out / "report.md").read_text()
-    assert "| 8 | 1,899.20 | 1,998.90 |" in report and "Partial" not in report
+    assert "| 8 | 1,899.20 | 3.00 | 1,998.90 | 3.00 |" in report and "Partial" not in report
     assert sorted(p.name for p in (out / "raw").iterdir()) == [
         "published_in512_c8_r1.json", "published_in512_c8_r1.log",
         "t4serve_in512_c8_r1.json", "t4serve_in512_c8_r1.log"]

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +32,7 @@ STANDIN = Path(__file__).resolve().parents[1] / "standin" / "vllm_standin.py"
 
 # Writes vLLM's result JSON from its own arguments; fails every run whose seed ends in 2 (repeat 2).
 FAKE_CLIENT = """#!{python}
-import json, sys
+import json, os, sys
 args = sys.argv[1:]
 value = lambda flag: args[args.index(flag) + 1]
 assert args[:2] == ["bench", "serve"], args
@@ -41,7 +43,7 @@ if seed % 10 == 2:
 c = int(value("--max-concurrency"))
 result = {{"completed": int(value("--num-prompts")), "failed": 0, "output_throughput": 10.0 * c + seed % 10,
           "median_tpot_ms": 20.0, "median_ttft_ms": float(value("--random-input-len")), "mean_ttft_ms": 1.0,
-          "total_output_tokens": 8, "duration": 1.0, "model_id": value("--model")}}
+          "total_output_tokens": 8, "duration": 1.0, "model_id": value("--model"), "client_pid": os.getpid()}}
 with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
     json.dump(result, f)
 """
@@ -59,6 +61,30 @@ def client_script(tmp_path: Path, template: str) -> Path:
     client.write_text(template.format(python=sys.executable))
     client.chmod(0o755)
     return client
+
+
+def client_package(tmp_path: Path, template: str, import_s: float = 0.0) -> Path:
+    """A stand-in for what the sweep's client imports of vLLM: `vllm.benchmarks.serve` (`add_cli_args`, and `main`
+    running one of the scripts above with `sys.argv` as `vllm bench serve ARGS`), a parser that keeps the arguments
+    as given (`vllm.utils.argparse_utils.FlexibleArgumentParser`), a detected platform (`vllm.platforms`); the
+    `vllm` package's import takes `import_s` seconds (vLLM's import is what the sweep's client pays once). Returns
+    the folder to put on PYTHONPATH."""
+    root = tmp_path / "client-package"
+    for sub in ("benchmarks", "utils", "platforms"):
+        (root / "vllm" / sub).mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text(f"import time\ntime.sleep({import_s})\n")
+    (root / "vllm" / "benchmarks" / "__init__.py").write_text("")
+    (root / "vllm" / "utils" / "__init__.py").write_text("")
+    (root / "vllm" / "utils" / "argparse_utils.py").write_text(
+        "import argparse\n\n\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n"
+        "    def parse_args(self, args=None, namespace=None):\n        return argparse.Namespace(argv=list(args))\n")
+    (root / "vllm" / "platforms" / "__init__.py").write_text(
+        "class _Detected:\n    def is_unspecified(self):\n        return False\n\n\ncurrent_platform = _Detected()\n")
+    body = template.format(python=sys.executable).split("\n", 1)[1]
+    (root / "vllm" / "benchmarks" / "serve.py").write_text(
+        "def add_cli_args(parser):\n    pass\n\n\ndef main(ns):\n    import sys\n"
+        "    sys.argv = ['vllm', 'bench', 'serve', *ns.argv]\n" + textwrap.indent(body, "    "))
+    return root
 
 
 def bench_to_the_end(opts: BenchOptions, environ: dict[str, str], stream: io.StringIO) -> None:
@@ -105,7 +131,7 @@ def test_bench_argv_is_the_published_sweep() -> None:
         "--dataset-name random",
         "--random-input-len 512",
         "--random-output-len 128",
-        "--num-prompts 16",
+        "--num-prompts 40",  # 10 x c: a steady state
         "--max-concurrency 4",
         "--ignore-eos",
         "--temperature 0",
@@ -153,7 +179,7 @@ def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, stand
         base_urls={"qat": standin_url, "bf16": f"http://127.0.0.1:{free_port()}"},
         tokenizers={"qat": "tok", "bf16": "tok"},
         ceilings={"qat": 100.0},
-        vllm=str(client),
+        vllm=str(client), client="per-run",
     )
     progress = io.StringIO()
     try:
@@ -166,7 +192,7 @@ def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, stand
     assert raw == ["qat_in32_c1_r1.json", "qat_in32_c2_r1.json"]
     assert "8/8" in progress.getvalue()
     report = (out / "report.md").read_text()
-    assert "| 1 | 11.00 | FAILED |" in report
+    assert "| 1 | 11.00 | 20.00 | FAILED | - |" in report  # qat's tok/s and TPOT, bf16's
     assert "repeat 2: `vllm bench serve` exited 1 without a result" in report
     assert "bf16, input 32, c=1: FAILED (no repeat succeeded)" in report
     assert "the server at http://127.0.0.1:" in report
@@ -259,25 +285,21 @@ def test_planned_servers_are_t4serve_serve_with_the_first_models_sized_settings(
 
 
 def test_a_server_that_t4serve_serve_refuses_fails_every_cell_of_its_model_visibly(tmp_path: Path) -> None:
-    """The real `t4serve serve`, strict preflight, no build manifest: it exits 3 before anything starts."""
-    from t4serve.bench import grid
-    from t4serve.bench.runner import BenchOptions, Progress, _run_model
-    from t4serve.bench.servers import plan_servers
-
+    """The real `t4serve serve`, strict preflight, no build manifest: it exits 3 before anything starts; its runs
+    fail at once, in the sweep's order, and it is started once only (no client is ever started either)."""
     environ = serve_environ(tmp_path, T4SERVE_MANIFEST=str(tmp_path / "no-manifest.json"), T4SERVE_PREFLIGHT="strict")
-    servers, _ = plan_servers(["bf16"], environ, tmp_path)
-    opts = BenchOptions(["bf16"], [512], [1, 4], 2, 16, tmp_path, ready_timeout_s=60)
-    cells = grid.cells(opts.inputs, opts.concurrencies, opts.repeats)
-    out = io.StringIO()
-    runs: list[Run] = []
-    _run_model(opts, "bf16", cells, tmp_path, servers["bf16"], Progress(len(cells), out), runs.append, None, environ)
-    assert len(runs) == len(cells) == 4
-    assert [(r.concurrency, r.repeat) for r in runs] == [(c.concurrency, c.repeat) for c in cells]
+    out = tmp_path / "result"
+    opts = BenchOptions(["bf16"], [512], [1, 4], 2, 16, out, ready_timeout_s=60, ceilings={"bf16": 50.0})
+    stream = io.StringIO()
+    bench_to_the_end(opts, environ, stream)
+    runs = read_runs(out).runs
+    assert [(r.concurrency, r.repeat) for r in runs] == [(1, 1), (4, 1), (1, 2), (4, 2)]  # rounds: repeat by repeat
     assert all(r.figures is None and r.error == "t4serve serve exited with code 3 before it was ready" for r in runs)
     assert all(r.telemetry is not None and r.telemetry.error == "server not running" for r in runs)
-    assert out.getvalue().count("FAILED") == 4
+    assert stream.getvalue().count("FAILED") == 4 and stream.getvalue().count("starting bf16") == 1
     # Its log is kept beside the runs: preflight's table says which check failed.
-    assert "manifest" in out.getvalue() and "preflight failed" in out.getvalue()
+    assert "manifest" in stream.getvalue() and "preflight failed" in stream.getvalue()
+    assert sorted(p.name for p in (out / "raw").iterdir()) == ["server_bf16_1.log"]
 
 
 API_KEY = "sk-bench-SECRET-key"
@@ -306,7 +328,7 @@ def test_run_bench_sends_the_api_key_to_a_keyed_server(tmp_path: Path, given_as:
         key_file.write_text(API_KEY)
         out = tmp_path / "result"
         opts = BenchOptions(["qat"], [32], [1], 1, 8, out, base_urls={"qat": url}, tokenizers={"qat": "tok"},
-                            ceilings={"qat": 100.0}, vllm=str(client))  # fmt: skip
+                            ceilings={"qat": 100.0}, vllm=str(client), client="per-run")  # fmt: skip
         environ = {given_as: str(key_file) if given_as.endswith("_FILE") else API_KEY}
         assert served_model_name(url, api_key=API_KEY) == "served-qat"
         with pytest.raises(BenchError, match="wants an API key and none was given"):
@@ -334,7 +356,7 @@ def test_bench_starts_t4serve_serve_waits_for_its_canary_and_stops_it_as_docker_
     environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn", T4SERVE_API_KEY=API_KEY)
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1], 1, 8, out, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
-                        vllm=str(client), ready_timeout_s=90)  # fmt: skip
+                        vllm=str(client), client="per-run", ready_timeout_s=90)  # fmt: skip
     stream = io.StringIO()
     bench_to_the_end(opts, environ, stream)
     runs_file = read_runs(out)
@@ -349,7 +371,7 @@ def test_bench_starts_t4serve_serve_waits_for_its_canary_and_stops_it_as_docker_
     spec = read_run_spec(state_dir / RUN_SPEC_FILE)
     assert spec.argv[:3] == ["vllm", "serve", "google/gemma-4-E2B-it-qat-w4a16-ct"]
     assert "--middleware" in spec.argv and "--shutdown-timeout" in spec.argv
-    log = (out / "raw" / "server_qat_in32_c1_r1.log").read_text()
+    log = (out / "raw" / "server_qat_1.log").read_text()
     assert "t4serve: preflight:" in log and "starting supervisord" in log
     # The key reached vLLM only through the environment: in no file of the result folder.
     for path in out.rglob("*"):
@@ -368,21 +390,25 @@ if "_c2_" in name:
     os.kill(os.getppid(), signal.SIGTERM)
     time.sleep(30)
 result = {{"completed": 4, "failed": 0, "output_throughput": 11.0, "median_tpot_ms": 9.0, "median_ttft_ms": 50.0,
-          "mean_ttft_ms": 55.0, "total_output_tokens": 32, "duration": 2.9}}
+          "mean_ttft_ms": 55.0, "total_output_tokens": 32, "duration": 2.9, "client_pid": os.getpid()}}
 with open(value("--result-dir") + "/" + name, "w") as f:
     json.dump(result, f)
 """
 
 
-def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(tmp_path: Path, standin_url: str) -> None:
+@pytest.mark.parametrize("kind", ["per-run", "sweep"])
+def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(
+    tmp_path: Path, standin_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from t4serve.bench.results import read_runs
     from t4serve.bench.runner import Interrupted
 
     client = client_script(tmp_path, INTERRUPTING_CLIENT)
+    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, INTERRUPTING_CLIENT)))
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
-                        vllm=str(client), cell_timeout_s=60)
+                        vllm=str(client), client=kind, cell_timeout_s=60)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as caught:
         run_bench(opts, environ={}, stream=io.StringIO())
@@ -395,6 +421,10 @@ def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(tmp_path: Pa
     assert "**Partial**: 1 of 3 runs finished (stopped by SIGTERM)" in report
     assert "| 1 | 11.00 |" in report and "| 2 | not run |" in report and "| 4 | not run |" in report
     assert not list(out.glob(".*t4serve-tmp"))  # no half-written runs.json left behind
+    # The client (the sweep's process, or the run's) does not outlive the sweep.
+    pid = json.loads((out / "raw" / "qat_in32_c1_r1.json").read_text())["client_pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) -> None:
@@ -406,7 +436,7 @@ def test_runs_json_is_current_after_every_run(tmp_path: Path, standin_url: str) 
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
-                        vllm=str(client))
+                        vllm=str(client), client="per-run")
     import t4serve.bench.runner as runner
 
     real_run_cell = runner.run_cell
@@ -429,7 +459,7 @@ def test_a_warmup_run_precedes_each_cell_and_is_kept_apart(tmp_path: Path, stand
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
-                        vllm=str(client), warmup_run=True)
+                        vllm=str(client), client="per-run", warmup_run=True)
     progress = io.StringIO()
     bench_to_the_end(opts, {}, progress)
     assert sorted(p.name for p in (out / "raw" / "warmup").glob("*.json")) == ["qat_in32_c1_r0.json",
@@ -447,3 +477,125 @@ def test_a_warmup_run_precedes_each_cell_and_is_kept_apart(tmp_path: Path, stand
     from t4serve.bench.results import runs_from_raw
 
     assert sorted(r.repeat for r in runs_from_raw(out).runs) == [1, 1]
+
+
+def two_standins() -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
+    first, a = start_standin({})
+    second, b = start_standin({})
+    return {"A": first, "B": second}, [a, b]
+
+
+def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--base-url: each cell's repeat a pair, back to back, A B then B A; the sweep's one client process (vLLM's
+    import paid once, by the first run, a warm-up here) runs every run; each run's start and end are recorded, and
+    the split (start-up against measured time) printed and reported."""
+    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT, import_s=0.5)))
+    urls, procs = two_standins()
+    try:
+        out = tmp_path / "result"
+        opts = BenchOptions(["A", "B"], [32], [1, 4], 3, 8, out, base_urls=urls, tokenizers={"A": "t", "B": "t"},
+                            ceilings={"A": 100.0, "B": 100.0}, warmup_run=True)  # fmt: skip
+        stream = io.StringIO()
+        bench_to_the_end(opts, {}, stream)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+    runs_file = read_runs(out)
+    assert (runs_file.order, runs_file.client, runs_file.schema) == ("interleaved", "sweep", 2)
+    order = [(r.model, r.concurrency, r.repeat) for r in runs_file.runs]
+    assert order == [("A", 1, 1), ("B", 1, 1), ("B", 1, 2), ("A", 1, 2), ("A", 1, 3), ("B", 1, 3),
+                     ("A", 4, 1), ("B", 4, 1), ("B", 4, 2), ("A", 4, 2), ("A", 4, 3), ("B", 4, 3)]
+    # The fake client fails every repeat 2: those pairs are incomplete, the others measured.
+    assert [r.error is None for r in runs_file.runs] == [True, True, False, False, True, True] * 2
+    assert all(r.num_prompts == 10 * r.concurrency for r in runs_file.runs)  # 10 x c by default
+    # The warm-ups (2 x c requests) ran before each cell's first pair, in the same client.
+    warm = {p.name: json.loads(p.read_text()) for p in (out / "raw" / "warmup").glob("*.json")}
+    assert sorted(warm) == ["A_in32_c1_r0.json", "A_in32_c4_r0.json", "B_in32_c1_r0.json", "B_in32_c4_r0.json"]
+    assert warm["A_in32_c4_r0.json"]["completed"] == 8
+    measured = [json.loads((out / "raw" / r.raw_file).read_text()) for r in runs_file.runs if r.raw_file]
+    pids = {d["client_pid"] for d in [*measured, *warm.values()]}
+    assert len(pids) == 1 and os.getpid() not in pids  # one process, not this one
+    # Timing: each run started after the one before it ended; vLLM's import (0.5 s here) paid once, by the warm-up
+    # that started the client, carried to the first recorded run.
+    timings = [r.timing for r in runs_file.runs]
+    assert all(t is not None for t in timings)
+    assert all(a.ended <= b.started for a, b in itertools.pairwise(t for t in timings if t))
+    starts = [t.client_start_s for t in timings if t]
+    assert starts[0] is not None and starts[0] >= 0.5 and all(s == 0.0 for s in starts[1:])
+    text = stream.getvalue()
+    assert "client start-up: 1 start(s)" in text and "8 run(s):" in text
+    assert "[client start-up " in next(line for line in text.splitlines() if "warm-up A in=32 c=1" in line)
+    report = (out / "report.md").read_text()
+    assert "## client time" in report and "client start-up: 1 start(s)" in report
+    header, row = ([c.strip() for c in line.strip("|").split("|")] for line in report.splitlines()
+                   if line.startswith(("| c |", "| 4 |")))
+    cell = dict(zip(header, row, strict=True))
+    # A and B answer alike (10 x c + seed % 10): every pair ratio 1; repeat 2 failed, so two pairs.
+    assert (cell["ratio"], cell["decided"]) == ("1.00x [1.00 - 1.00] (2 pairs)", "no")
+
+
+def test_a_run_past_its_timeout_stops_the_sweeps_client_and_the_next_run_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+) -> None:
+    sleepy = FAKE_CLIENT.replace("c = int(", "import time\nif seed % 10 == 1 and int(value('--max-concurrency')) == 2:"
+                                 "\n    time.sleep(60)\nc = int(", 1)
+    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, sleepy)))
+    out = tmp_path / "result"
+    opts = BenchOptions(["qat"], [32], [1, 2, 4], 1, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
+                        ceilings={"qat": 100.0}, cell_timeout_s=3)  # fmt: skip
+    began = time.monotonic()
+    bench_to_the_end(opts, {}, io.StringIO())
+    assert time.monotonic() - began < 30
+    runs = read_runs(out).runs
+    assert [r.error is None for r in runs] == [True, False, True]
+    assert "ran past 3 s and was stopped" in (runs[1].error or "")
+    assert [r.timing.client_start_s > 0 for r in runs if r.timing and r.timing.client_start_s is not None] == [
+        True, False, True]
+    pids = [json.loads((out / "raw" / r.raw_file).read_text())["client_pid"] for r in runs if r.raw_file]
+    assert len(set(pids)) == 2
+
+
+def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_fix_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nothing-here"))
+    out = tmp_path / "result"
+    opts = BenchOptions(["qat"], [32], [1, 2], 2, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
+                        ceilings={"qat": 100.0})  # fmt: skip
+    bench_to_the_end(opts, {}, io.StringIO())
+    runs = read_runs(out).runs
+    assert len(runs) == 4 and all(r.figures is None for r in runs)
+    error = runs[0].error or ""
+    assert "cannot import vLLM's benchmark (vllm.benchmarks.serve)" in error
+    assert "--client per-run --vllm CMD" in error and all(r.error == error for r in runs)
+    assert "ModuleNotFoundError" in error  # the cause, as the import raised it
+    assert (out / "raw" / "client.log").is_file()
+    # One attempt to start it, by the first run; the others failed at once.
+    assert [bool(r.timing and r.timing.client_start_s) for r in runs] == [True, False, False, False]
+
+
+def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --base-url, two models: the real `t4serve serve` per model, one at a time; round 1 A then B, round 2 B
+    (still running) then A: three starts for two repeats, each server stopped before the next one starts."""
+    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT)))
+    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn")
+    out = tmp_path / "result"
+    opts = BenchOptions(["qat", "bf16"], [32], [1], 2, 8, out, tokenizers={"qat": "t", "bf16": "t"},
+                        ceilings={"qat": 100.0, "bf16": 50.0}, ready_timeout_s=90, num_prompts=4)  # fmt: skip
+    stream = io.StringIO()
+    bench_to_the_end(opts, environ, stream)
+    runs_file = read_runs(out)
+    assert runs_file.order == "rounds"
+    # The fake client fails repeat 2; the order is what counts here.
+    assert [(r.model, r.repeat) for r in runs_file.runs] == [("qat", 1), ("bf16", 1), ("bf16", 2), ("qat", 2)]
+    assert sorted(p.name for p in (out / "raw").glob("server_*.log")) == [
+        "server_bf16_1.log", "server_qat_1.log", "server_qat_2.log"]
+    assert "starting qat (start 2):" in stream.getvalue()
+    for log in (out / "raw").glob("server_*.log"):
+        assert "vLLM stopped (exit 0)" in log.read_text(), log.name
+    # One server at a time: each server's log ends (stopped) before the next one's run starts.
+    first, second, third, fourth = (r.timing for r in runs_file.runs)
+    assert first and second and third and fourth and first.ended < second.started and third.ended < fourth.started

@@ -61,10 +61,20 @@ CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitor_v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_prometheusrule_v1.json",
+    # Derived whole from their upstream CRDs by tests/unit/data/crd/derive.py (each file's $comment names the commit).
+    ("gateway.networking.k8s.io/v1", "Gateway"): "gateway.networking.k8s.io_gateway_v1.json",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_httproute_v1.json",
+    ("monitoring.googleapis.com/v1", "PodMonitoring"): "monitoring.googleapis.com_podmonitoring_v1.json",
+    ("monitoring.googleapis.com/v1", "Rules"): "monitoring.googleapis.com_rules_v1.json",
+    ("networking.gke.io/v1", "HealthCheckPolicy"): "networking.gke.io_healthcheckpolicy_v1.json",
+    ("networking.gke.io/v1", "GCPBackendPolicy"): "networking.gke.io_gcpbackendpolicy_v1.json",
 }
 # Kinds that live outside any namespace; every other kind rendered here must carry one.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PersistentVolume",
                   "CustomResourceDefinition", "PriorityClass"}  # fmt: skip
+# Cluster infrastructure a component brings, which stays in kube-system whatever namespace t4serve uses: NVIDIA's
+# device plugin (components/nvidia-device-plugin).
+KUBE_SYSTEM_OBJECTS = {("DaemonSet", "nvidia-device-plugin-daemonset")}
 # What pulling the image may take on the slowest link t4serve's start budget assumes (preflight.IMAGE_BYTES at
 # startbudget.MIN_DOWNLOAD_BYTES_PER_S): part of a rollout's turn, with the old pod's grace and the new pod's start.
 IMAGE_PULL_S = preflight.IMAGE_BYTES / MIN_DOWNLOAD_BYTES_PER_S
@@ -108,7 +118,9 @@ def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str,
     expected = {
         "base": base,
         "overlays/gke-t4": base,
-        "overlays/eks-g4dn": base,
+        "overlays/gke-autopilot": base,
+        # A fresh EKS cluster marks no class as default: the overlay brings the cache's own (cluster-scoped).
+        "overlays/eks-g4dn": [*base, "StorageClass"],
         "overlays/aks-t4": base,
         "overlays/pinned-digest": base,
         "overlays/autoscaling": [*base, *monitoring, "ScaledObject"],
@@ -119,7 +131,8 @@ def test_every_kustomization_renders_the_objects_it_promises(rendered: dict[str,
         assert sorted(kinds(objs)) == sorted(expected[target]), target
         assert namespace_problems(objs) == [], target
         for obj in objs:
-            assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
+            if obj["kind"] not in CLUSTER_SCOPED:
+                assert obj["metadata"].get("namespace") == "t4serve", (target, obj["kind"])
             assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "t4serve", (target, obj["kind"])
 
 
@@ -172,13 +185,21 @@ def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) ->
 def test_every_documented_recipe_renders_valid_objects_that_hold_every_rule(recipes: dict[str, list[Obj]]) -> None:
     # What the docs show: a cloud overlay alone, each with the autoscaling components, the RWX class named by hand, and
     # another namespace (two kustomizations). A renamed or dropped recipe fails here rather than going untested.
-    assert {"gke", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class", "another-namespace"} <= set(recipes)
+    assert {"gke", "gke-autopilot", "eks", "aks", "gke-autoscaling", "aks-autoscaling-hpa", "eks-own-rwx-class",
+            "another-namespace", "monitoring-own-release", "shared-gateway", "aks-ingress"} <= set(recipes)
     for name, objs in recipes.items():
         assert namespace_problems(objs) == [], name
         assert deployment_problems(objs) == [], name
         assert storage_problems(objs) == [], name
         for version in K8S_VERSIONS:
             assert [e for obj in objs for e in validation_errors(obj, version)] == [], (name, version)
+    # Each cloud's first apply: its overlay, and on EKS and AKS NVIDIA's device plugin.
+    assert "DaemonSet" in kinds(recipes["eks"]) and "DaemonSet" in kinds(recipes["aks"])
+    assert "StorageClass" in kinds(recipes["eks"]) and "DaemonSet" not in kinds(recipes["gke-autopilot"])
+    assert {one(recipes[n], kind)["metadata"]["labels"]["release"] for n in ("monitoring-own-release",)
+            for kind in ("PodMonitor", "PrometheusRule")} == {"prometheus"}  # fmt: skip
+    assert one(recipes["shared-gateway"], "HTTPRoute")["spec"]["parentRefs"][0]["namespace"] == "gateway-system"
+    assert one(recipes["aks-ingress"], "Ingress")["spec"]["ingressClassName"] == "azure-application-gateway"
     scaled = recipes["gke-autoscaling"]
     assert {"ScaledObject", "PodMonitor", "PrometheusRule"} <= set(kinds(scaled)) and pod_spec(scaled)["nodeSelector"]
     assert one(scaled, "PersistentVolumeClaim")["spec"]["storageClassName"] == "standard-rwx"
@@ -220,13 +241,17 @@ def storage_problems(objs: list[Obj]) -> list[str]:
 def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: dict[str, list[Obj]]) -> None:
     # The cloud overlays choose it for components/rwx-cache; the cloud-neutral overlays leave it unset on purpose,
     # where the claim stays Pending with a message naming the setting.
-    expected = {"overlays/gke-t4": "standard-rwx", "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
+    expected = {"overlays/gke-t4": "standard-rwx", "overlays/gke-autopilot": "standard-rwx",
+                "overlays/eks-g4dn": "efs-sc", "overlays/aks-t4": "azurefile-csi",
                 "base": RWX_CLASS_UNSET, "overlays/pinned-digest": RWX_CLASS_UNSET}  # fmt: skip
+    # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none), except on EKS, where
+    # a fresh cluster has no default class and the overlay names its own.
+    rwo_class = {"overlays/eks-g4dn": "t4serve-gp3"}
     for target, cls in expected.items():
         claim = one(rendered[target], "PersistentVolumeClaim")
         assert claim["metadata"]["annotations"][RWX_CLASS_ANNOTATION] == cls, target
-        # ReadWriteOnce: the cluster's default class (no storageClassName at all; "" would mean none).
-        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in claim["spec"], target
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], target
+        assert claim["spec"].get("storageClassName") == rwo_class.get(target), target
     for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
         assert one(rendered[target], "PersistentVolumeClaim")["spec"]["storageClassName"] == RWX_CLASS_UNSET
         assert storage_problems(rendered[target]) != []
@@ -239,13 +264,16 @@ def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: di
 
 
 def namespace_problems(objs: list[Obj]) -> list[str]:
-    """Every namespaced object has a namespace, all the same one (the Deployment's), and the KEDA query counts the
-    queue of that namespace."""
+    """Every namespaced object has a namespace, all the same one (the Deployment's) but the device plugin's (in
+    kube-system), and the KEDA query counts the queue of that namespace."""
     namespace = one(objs, "Deployment")["metadata"].get("namespace")
     problems = [] if namespace else ["Deployment: no namespace"]
     for obj in objs:
         where = f"{obj['kind']}/{obj['metadata'].get('name')}"
-        if obj["kind"] in CLUSTER_SCOPED:
+        if (obj["kind"], obj["metadata"].get("name")) in KUBE_SYSTEM_OBJECTS:
+            if obj["metadata"].get("namespace") != "kube-system":
+                problems.append(f"{where}: namespace {obj['metadata'].get('namespace')!r}, it belongs in kube-system")
+        elif obj["kind"] in CLUSTER_SCOPED:
             if obj["kind"] == "Namespace" and obj["metadata"]["name"] != namespace:
                 problems.append(f"{where}: creates a namespace other than the Deployment's {namespace}")
         elif obj["metadata"].get("namespace") != namespace:
@@ -253,6 +281,8 @@ def namespace_problems(objs: list[Obj]) -> list[str]:
             problems.append(f"{where}: namespace {got!r}, the Deployment's is {namespace!r}")
         if obj["kind"] == "ScaledObject":
             for trigger in obj["spec"]["triggers"]:
+                if trigger["type"] != "prometheus":
+                    continue  # a schedule (components/keda-scale-to-zero) counts no queue
                 query = trigger["metadata"].get("query", "")
                 if f'namespace="{namespace}"' not in query:
                     problems.append(f"{where}: query {query!r} does not count namespace {namespace!r}")
@@ -288,7 +318,7 @@ def admits(policy: Obj, pod: Obj, ports: dict[str, int], source_namespace: str, 
     spec = policy["spec"]
     if not _selects(spec["podSelector"], pod["metadata"]["labels"]) or "Ingress" not in spec.get("policyTypes", []):
         return True
-    ns_labels = {"kubernetes.io/metadata.name": source_namespace}
+    ns_labels = {"kubernetes.io/metadata.name": source_namespace, **NAMESPACE_LABELS.get(source_namespace, {})}
     for rule in spec.get("ingress", []):
         rule_ports = rule.get("ports")
         if rule_ports is not None and not any(
@@ -311,11 +341,15 @@ def admits(policy: Obj, pod: Obj, ports: dict[str, int], source_namespace: str, 
     return False
 
 
-# The declared exposure: (source namespace or "SAME", port name) -> admitted. Prometheus runs in `monitoring`, the
-# ingress controller in `ingress-nginx` (base/networkpolicy.yaml says how to change them).
+# The labels the namespaces below carry besides kubernetes.io/metadata.name: the gateway's proxies run in a namespace
+# its operator labelled `t4serve/gateway=true`; ingress-nginx's namespace, unlabelled, is admitted no more.
+NAMESPACE_LABELS = {"envoy-gateway-system": {"t4serve/gateway": "true"}}
+# The declared exposure: (source namespace or "SAME", port name) -> admitted. Prometheus runs in `monitoring`
+# (base/networkpolicy.yaml says how to change it).
 EXPOSURE = {
     ("SAME", "http"): True, ("SAME", "telemetry"): False,
-    ("ingress-nginx", "http"): True, ("ingress-nginx", "telemetry"): False,
+    ("envoy-gateway-system", "http"): True, ("envoy-gateway-system", "telemetry"): False,
+    ("ingress-nginx", "http"): False, ("ingress-nginx", "telemetry"): False,
     ("monitoring", "http"): True, ("monitoring", "telemetry"): True,
     ("kube-system", "http"): False, ("other-team", "http"): False, ("other-team", "telemetry"): False,
 }  # fmt: skip
@@ -855,7 +889,11 @@ def test_keda_and_the_hpa_alternative_scale_on_the_same_vllm_metric(rendered: di
 
 def test_cloud_overlays_select_their_gpu_nodes(rendered: dict[str, list[Obj]]) -> None:
     gke = pod_spec(rendered["overlays/gke-t4"])
-    assert gke["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    # The T4, and GKE's `latest` driver (R580 for the image's CUDA 13): auto-provisioned and Autopilot nodes get
+    # `default` unless the pod asks.
+    assert gke["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                                   "cloud.google.com/gke-gpu-driver-version": "latest"}  # fmt: skip
+    assert pod_spec(rendered["overlays/gke-autopilot"])["nodeSelector"] == gke["nodeSelector"]
     eks = pod_spec(rendered["overlays/eks-g4dn"])
     term = eks["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     instance_types = term["matchExpressions"][0]["values"]

@@ -1,8 +1,8 @@
 """Checkov, a maintained policy scanner for Kubernetes manifests, over every render of deploy/kubernetes: each
-kustomization and each recipe docs/kubernetes.md shows. With deploy/kubernetes/checkov.yaml it must fail nothing;
-each check that file skips carries its reason in a comment above it, and must still fail some render without its skip
-(so a skip nothing needs any more is caught). Checkov runs from its own virtual environment (scripts/test makes
-.venv-checkov), offline (--skip-download)."""
+kustomization, each recipe docs/kubernetes.md shows and each cloud overlay with each component set that applies to
+it. With deploy/kubernetes/checkov.yaml it must fail nothing; each check that file skips carries its reason in a
+comment above it, and must still fail some render without its skip (so a skip nothing needs any more is caught).
+Checkov runs from its own virtual environment (scripts/test makes .venv-checkov), offline (--skip-download)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_manifests import DEPLOY, REPO, TARGETS, documented_recipes, render, render_recipe
+from k8s_manifests import (
+    DEPLOY,
+    REPO,
+    TARGETS,
+    combinations,
+    documented_recipes,
+    render,
+    render_combination,
+    render_recipe,
+)
 
 CONFIG = DEPLOY / "checkov.yaml"
 CHECKOV = os.environ.get("CHECKOV", str(REPO / ".venv-checkov" / "bin" / "checkov"))
@@ -39,6 +48,9 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     sources = {t: render(DEPLOY / t) for t in TARGETS}
     for name, files in documented_recipes().items():
         sources[f"recipe-{name}"] = render_recipe(files, tmp_path_factory.mktemp(f"recipe-{name}"))
+    # Every cloud overlay with every component set that applies to it (tests/unit/k8s_manifests.py).
+    for name, (overlay, components) in combinations().items():
+        sources[f"combo-{name}"] = render_combination(overlay, components, tmp_path_factory.mktemp("combo"))
     for name, objs in sources.items():
         path = folder / (name.replace("/", "-") + ".yaml")
         path.write_text(yaml.safe_dump_all(objs, sort_keys=False))

@@ -781,14 +781,15 @@ def test_secrets_in_structured_fields_are_redacted(engine: FakeEngine, environ: 
 
 # ----- benchmark -------------------------------------------------------------------------------------------------
 
-# Stands in for `vllm bench serve` on the fake container's PATH: waits for GATE (so a test sees the sweep running),
-# then writes vLLM's result JSON from its own arguments.
+# Stands in for `vllm bench serve` in the fake container (test_bench_runner.client_package makes it what the sweep's
+# client imports of vLLM): waits for GATE (so a test sees the sweep running), then writes vLLM's result JSON from its
+# own arguments.
 BENCH_CLIENT = """#!{python}
 import json, os, sys, time
 args = sys.argv[1:]
 value = lambda flag: args[args.index(flag) + 1]
 deadline = time.monotonic() + 60
-while not os.path.exists({gate!r}) and time.monotonic() < deadline:
+while not os.path.exists(GATE) and time.monotonic() < deadline:
     time.sleep(0.05)
 c = int(value("--max-concurrency"))
 result = {{"completed": 8, "failed": 0, "output_throughput": 60.1 if c == 1 else 200.0, "median_tpot_ms": 16.5,
@@ -800,12 +801,11 @@ with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
 
 
 def bench_client(engine: FakeEngine) -> Path:
-    """The stand-in client on the fake container's PATH; returns its gate (create it to let the runs finish)."""
+    """The stand-in client in the fake container; returns its gate (create it to let the runs finish)."""
+    from test_bench_runner import client_package
+
     gate = engine.root / "gate"
-    client = engine.root / "bin" / "vllm"
-    client.parent.mkdir(exist_ok=True)
-    client.write_text(BENCH_CLIENT.format(python=sys.executable, gate=str(gate)))
-    client.chmod(0o755)
+    engine.pythonpath = client_package(engine.root, BENCH_CLIENT.replace("GATE", repr(str(gate))))
     return gate
 
 
@@ -864,20 +864,21 @@ def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
 def test_benchmark_whose_process_is_gone_is_failed_not_running_forever(
     engine: FakeEngine, environ: dict[str, str]
 ) -> None:
-    bench_client(engine)  # never opened: the runs wait until they are killed
+    gate = bench_client(engine)  # opened only at the end: the runs wait until they are killed
     env = tool_env(engine, environ)
     ok(call(env, "start_vllm_server"))
     engine.state = serve_state("ready")
     run_id = ok(call(env, "run_benchmark"))["run_id"]
     folder = engine.in_container(f"/cache/t4serve/bench/{run_id}")
     job = json.loads((folder / "job.json").read_text())
-    os.killpg(job["pid"], signal.SIGKILL)  # the watcher's session: it, the sweep and its client, as a kill -9 does
+    os.killpg(job["pid"], signal.SIGKILL)  # the watcher's session: it and the sweep, as a kill -9 does
     gone = until(env, run_id, lambda s: s["state"] != "running", timeout=20)
     assert gone["state"] == "failed" and gone["exit_code"] is None and "process is gone" in gone["log_tail"]
     # A run that is not running does not block the next one.
     other = ok(call(env, "run_benchmark"))["run_id"]
     assert other != run_id
     os.killpg(json.loads((folder.parent / other / "job.json").read_text())["pid"], signal.SIGKILL)
+    gate.touch()  # the sweep's client has a session of its own: it ends at the end of its run and its input
 
 
 def test_benchmark_status_refuses_a_bad_run_id_and_an_unknown_one(engine: FakeEngine, environ: dict[str, str]) -> None:

@@ -1,8 +1,9 @@
 """The result folder's tables: a CSV of every run, the markdown report per input length, and `compare A B`.
 
-Pure: from a `RunsFile` to text. Per cell: throughput per model, per stream (1000 / median TPOT), TTFT, run-to-run
-variation, the winner and its throughput ratio over the runner-up, and the fraction of the roofline ceiling.
-A failed cell stays in its row as FAILED with its error below the table; failed requests are counted in a column.
+Pure: from a `RunsFile` to text. Per cell: throughput and TPOT per model, TTFT, goodput, run-to-run variation, the
+winner and its ratios over the runner-up pair by pair (t4serve.bench.pairs), and the fraction of the roofline
+ceiling. A failed cell stays in its row as FAILED with its error below the table; failed requests are counted in a
+column. A partial sweep's report says which cells are complete.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import csv
 import io
 import statistics
 
+from t4serve.bench import pairs
 from t4serve.bench.results import SERVER_FIGURES, CellSummary, Run, RunsFile, ServerSide, summarize
+from t4serve.bench.timing import describe, split
 
 CSV_COLUMNS = (
     "model",
@@ -34,6 +37,10 @@ CSV_COLUMNS = (
     *(f"server_{name}" for name in SERVER_FIGURES),
     "raw_file",
     "error",
+    "started",
+    "ended",
+    "client_wall_s",
+    "client_start_s",
 )
 
 
@@ -65,6 +72,10 @@ def runs_csv(runs: list[Run]) -> str:
                 *(_opt(getattr(s, name) if s else None) for name in SERVER_FIGURES),
                 r.raw_file or "",
                 r.error or "",
+                r.timing.started if r.timing else "",
+                r.timing.ended if r.timing else "",
+                _num(r.timing.wall_s) if r.timing else "",
+                _opt(r.timing.client_start_s if r.timing else None),
             ]
         )
     return out.getvalue()
@@ -90,6 +101,15 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+ORDERS = {
+    "interleaved": "interleaved: per cell and repeat, each model's run back to back (a pair), the order alternating "
+    "between repeats (A B, then B A)",
+    "rounds": "in rounds: one server at a time, each running every cell once per repeat, the rounds' order "
+    "alternating (A B, then B A)",
+    "sequential": "sequentially: every run of one model before the next model's (or gathered from several sweeps)",
+}
+
+
 def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
     summaries = summarize(runs_file.runs)
     by_key = {(s.model, s.input_len, s.concurrency): s for s in summaries}
@@ -99,10 +119,13 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         "",
         f"Started {runs_file.started}. Models: {', '.join(models)}; output {runs_file.output_len} tokens "
         f"(`--ignore-eos`, temperature 0); {runs_file.repeats} repeat(s) per cell; seed = input x 10000 + c x 100 "
-        "+ repeat, the same for every model. Throughput: median over repeats of output tok/s, [lowest - highest] "
-        "beside it. Per stream: 1000 / median TPOT ms. TTFT: median. Variation: (max - min) / median throughput over "
-        "repeats. Decided: the winner's lowest repeat beats the runner-up's highest (else the cell is within the "
-        "spread).",
+        f"+ repeat, the same for every model. Runs made {ORDERS.get(runs_file.order, runs_file.order)}. "
+        "Throughput: median over repeats of output tok/s, [lowest - highest] beside it. TPOT: median over repeats "
+        "of the run's median time per output token, the time each stream waits per token (per stream: 1000 / TPOT "
+        "tok/s). TTFT: median. Variation: (max - min) / median throughput over repeats. Ratio: the winner's "
+        "throughput over the runner-up's pair by pair (a pair: one repeat, same prompts, both models), the median "
+        "of the pairs [lowest - highest]; TPOT ratio the same for TPOT (above 1: each of the winner's streams is "
+        "slower by that much). Decided: every pair puts the winner ahead (beyond the spread of the pair ratios).",
         "",
     ]
     if runs_file.slo_ttft_ms is not None and runs_file.slo_tpot_ms is not None:
@@ -112,29 +135,32 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
     if runs_file.partial:
         why = f" ({runs_file.interrupted})" if runs_file.interrupted else ""
         lines += [f"**Partial**: {len(runs_file.runs)} of {runs_file.planned_runs} runs finished{why}; "
-                  "cells without a run say \"not run\".", ""]
+                  "cells without a run say \"not run\".", *pairs.completeness_lines(runs_file), ""]
     failed_cells: list[CellSummary] = []
     for input_len in runs_file.inputs:
         lines += [f"## input {input_len} tokens", ""]
         header = ["c"]
-        header += [f"{md(m)} tok/s" for m in models]
-        header += [f"{md(m)} per stream" for m in models]
+        for m in models:
+            header += [f"{md(m)} tok/s", f"{md(m)} TPOT ms"]
         header += [f"{md(m)} TTFT ms" for m in models]
         header += [f"{md(m)} goodput req/s" for m in models]
-        header += ["variation %", "winner", "ratio", "decided", "failed requests"]
+        header += ["variation %", "winner", "ratio", "TPOT ratio", "decided", "failed requests"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for c in runs_file.concurrencies:
             cell = [by_key.get((m, input_len, c)) for m in models]
             row = [str(c)]
-            row += ["not run" if s is None else "FAILED" if s.failed else _throughput(s) for s in cell]
-            row += [_fmt(s.per_stream) if s else "-" for s in cell]
+            for s in cell:
+                row.append("not run" if s is None else "FAILED" if s.failed else _throughput(s))
+                row.append(_fmt(1000 / s.per_stream) if s and s.per_stream else "-")
             row += [_fmt(s.ttft_ms, 0) if s else "-" for s in cell]
             row += [_goodput(s) for s in cell]
             variations = [s.variation_pct for s in cell if s and s.variation_pct is not None]
             row.append(_fmt(max(variations), 1) if variations else "-")
-            present = [s for s in cell if s is not None]
-            winner, ratio = winner_and_ratio(present)
-            row += [md(winner), ratio, decided(present)]
+            v = pairs.verdict(runs_file.runs, models, input_len, c)
+            if v is None:
+                row += [md(_lone_winner(cell)), "-", "-", "-"]
+            else:
+                row += [md(v.winner), v.throughput.text(), v.tpot.text() if v.tpot else "-", v.throughput.decided]
             row.append(str(sum(s.failed_requests for s in cell if s)))
             lines.append("| " + " | ".join(row) + " |")
             failed_cells += [s for s in cell if s is not None and (s.failed or s.errors)]
@@ -149,11 +175,26 @@ def markdown(runs_file: RunsFile, plots: list[str] | None = None) -> str:
         lines.append("")
     lines += server_section(runs_file)
     lines += telemetry_section(runs_file)
+    lines += client_section(runs_file)
     if runs_file.notes:
         lines += ["## notes", ""] + [f"- {n}" for n in runs_file.notes] + [""]
     if plots:
         lines += ["## plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
+
+
+def _lone_winner(cell: list[CellSummary | None]) -> str:
+    """With no pair to compare by: the one model that measured the cell, or "-"."""
+    ok = [s for s in cell if s is not None and s.throughput]
+    return ok[0].model if len(ok) == 1 else "-"
+
+
+def client_section(runs_file: RunsFile) -> list[str]:
+    """Where the client's time went: its start-up against each run's set-up and measured time."""
+    s = split((r.timing, r.figures.duration_s if r.figures else None) for r in runs_file.runs if r.timing)
+    if s is None:
+        return []
+    return ["## client time", "", describe(s) + ".", ""]
 
 
 def _throughput(s: CellSummary) -> str:
@@ -167,29 +208,6 @@ def _goodput(s: CellSummary | None) -> str:
         return "-"
     share = f" ({s.good_pct:.0f} %)" if s.good_pct is not None else ""
     return f"{s.goodput:.2f}{share}"
-
-
-def winner_and_ratio(cell: list[CellSummary]) -> tuple[str, str]:
-    """The model with the highest throughput and its throughput over the runner-up's (ratio "-" with no runner-up:
-    a single model, or the others failed)."""
-    ranked = sorted((s for s in cell if s.throughput), key=lambda s: s.throughput or 0.0, reverse=True)
-    if not ranked:
-        return "-", "-"
-    if len(ranked) == 1 or not ranked[1].throughput:
-        return ranked[0].model, "-"
-    return ranked[0].model, f"{(ranked[0].throughput or 0.0) / ranked[1].throughput:.2f}x"
-
-
-def decided(cell: list[CellSummary]) -> str:
-    """Whether the cell's winner won beyond the spread: its lowest repeat above the runner-up's highest. "yes", "no"
-    (the ranges overlap: within the spread), or "-" (one model, or fewer than two repeats on a side to judge by)."""
-    ranked = sorted((s for s in cell if s.throughput), key=lambda s: s.throughput or 0.0, reverse=True)
-    if len(ranked) < 2 or ranked[0].repeats_ok < 2 or ranked[1].repeats_ok < 2:
-        return "-"
-    low, high = ranked[0].throughput_min, ranked[1].throughput_max
-    if low is None or high is None:
-        return "-"
-    return "yes" if low > high else "no"
 
 
 def roofline_section(runs_file: RunsFile, summaries: list[CellSummary]) -> list[str]:
@@ -270,24 +288,31 @@ def telemetry_section(runs_file: RunsFile) -> list[str]:
 
 
 def compare(a: RunsFile, b: RunsFile, name_a: str = "A", name_b: str = "B") -> str:
-    """Two result folders side by side: throughput, per stream and TTFT per (model, input, c), B's change over A."""
+    """Two result folders side by side per (model, input, c): throughput, TPOT and TTFT (medians over repeats), and
+    B's change over A pair by pair (repeat r of B over repeat r of A: the same prompts), median [lowest - highest]."""
     sa = {(s.model, s.input_len, s.concurrency): s for s in summarize(a.runs)}
     sb = {(s.model, s.input_len, s.concurrency): s for s in summarize(b.runs)}
     keys = list(sa) + [k for k in sb if k not in sa]
     lines = [
         f"# t4serve bench compare: A = {name_a}, B = {name_b}",
         "",
-        "| model | input | c | A tok/s | B tok/s | change | A per stream | B per stream | change | A TTFT ms | "
+        "Values: medians over repeats. Change: B over A pair by pair (repeat r of B against repeat r of A, the same "
+        "seed and so the same prompts), the median of the pairs [lowest - highest]. A drift of the host between the "
+        "two sweeps is in every pair: two folders measured apart compare less surely than one interleaved sweep.",
+        "",
+        "| model | input | c | A tok/s | B tok/s | change | A TPOT ms | B TPOT ms | change | A TTFT ms | "
         "B TTFT ms | change |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
         x, y = sa.get(key), sb.get(key)
+        runs_a, runs_b = pairs.measured(a.runs, *key), pairs.measured(b.runs, *key)
         row = [md(key[0]), str(key[1]), str(key[2])]
-        for attr, digits in (("throughput", 2), ("per_stream", 2), ("ttft_ms", 0)):
-            va = _value(x, attr)
-            vb = _value(y, attr)
-            row += [_cell(x, va, digits), _cell(y, vb, digits), _change(va, vb)]
+        for attr, value, digits in (("throughput", pairs.throughput, 2), ("tpot", pairs.tpot, 2),
+                                    ("ttft_ms", pairs.ttft, 0)):
+            ratio = pairs.pair_ratio(runs_b, runs_a, value)
+            row += [_cell(x, _value(x, attr), digits), _cell(y, _value(y, attr), digits),
+                    ratio.change() if ratio else "-"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -295,6 +320,8 @@ def compare(a: RunsFile, b: RunsFile, name_a: str = "A", name_b: str = "B") -> s
 def _value(s: CellSummary | None, attr: str) -> float | None:
     if s is None or s.failed:
         return None
+    if attr == "tpot":
+        return 1000 / s.per_stream if s.per_stream else None
     value = getattr(s, attr)
     return float(value) if value is not None else None
 
@@ -305,9 +332,3 @@ def _cell(s: CellSummary | None, value: float | None, digits: int) -> str:
     if s.failed:
         return "FAILED"
     return _fmt(value, digits)
-
-
-def _change(a: float | None, b: float | None) -> str:
-    if a is None or b is None or a == 0:
-        return "-"
-    return f"{(b - a) / a * 100:+.1f} %"

@@ -17,6 +17,7 @@ from typing import Any
 
 from t4serve.atomic import write_atomic
 from t4serve.bench.grid import MAX_CONCURRENCY, MAX_INPUT_LEN, MAX_REPEATS, Cell
+from t4serve.bench.timing import RunTiming, check_timing
 from t4serve.errors import ConfigError
 from t4serve.serde import from_dict, to_dict
 from t4serve.untrusted import Untrusted, check_finite, check_int, check_text, load_json_file
@@ -25,7 +26,7 @@ from t4serve.untrusted import Untrusted, check_finite, check_int, check_text, lo
 # system takes up to 255 bytes.
 MAX_MODEL_NAME_CHARS = 160
 RUNS_FILE = "runs.json"
-RUNS_SCHEMA = 1
+RUNS_SCHEMA, READ_SCHEMAS = 2, (1, 2)  # 2: runs' timing, the sweep's order and client; 1 reads as sequential
 # runs.json of a 99-repeat sweep, or a result with per-request lists, is a few MB; past this it is not ours.
 MAX_JSON_BYTES = 64 << 20
 
@@ -96,8 +97,8 @@ class Run:
     figures: RunFigures | None
     error: str | None = None
     telemetry: Telemetry | None = None
-    # vLLM's own /metrics over the run (t4serve.bench.serverside); None in folders written before it was kept.
-    server: ServerSide | None = None
+    server: ServerSide | None = None  # vLLM's own /metrics over the run (bench.serverside); None in older folders
+    timing: RunTiming | None = None  # when it ran, and the client's time (t4serve.bench.timing); None before schema 2
 
     @property
     def cell(self) -> Cell:
@@ -143,9 +144,10 @@ def goodput_from_detail(data: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: f
             tpot = (float(latency) - float(ttft)) / (int(n) - 1) if int(n) > 1 else 0.0
             if float(ttft) * 1000 <= slo_ttft_ms and tpot * 1000 <= slo_tpot_ms:
                 good += 1
-    except (KeyError, TypeError, ValueError):
+        # The figure within the bounds every figure of a run is held to: a duration of 1e-300 s is no rate.
+        return check_finite(good / duration, "request_goodput", 0.0, MAX_FIGURE)
+    except (KeyError, TypeError, ValueError, OverflowError):  # Untrusted is a ValueError
         return None
-    return good / duration
 
 
 def _figures(data: dict[str, Any]) -> RunFigures:
@@ -270,6 +272,9 @@ class RunsFile:
     # The objectives goodput counts against (`--slo-ttft-ms`, `--slo-tpot-ms`); None in folders written before.
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    # "interleaved" (pairs back to back), "rounds" (a server started per round) or "sequential" (older, merged).
+    order: str = "sequential"
+    client: str | None = None  # "sweep" (one client process) or "per-run"; None before schema 2
 
     @property
     def partial(self) -> bool:
@@ -285,7 +290,8 @@ def write_runs(folder: Path, runs_file: RunsFile) -> Path:
 
 def model_label(model: str) -> str:
     """A model as a file name's part: an alias or repo id's `/` and anything else a path would read become `_`."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+    # No leading dot either: `--models ../x` made raw/.._x_in512_c1_r1.json, a hidden file.
+    return re.sub(r"^[._]+", "", re.sub(r"[^A-Za-z0-9_.-]+", "_", model)).rstrip("_") or "model"
 
 
 def raw_name(model: str, cell: Cell) -> str:
@@ -340,7 +346,7 @@ def _num_prompts(data: dict[str, Any], path: Path) -> int:
 
 def _gathered(models: list[str], runs: list[Run], **fields: Any) -> RunsFile:
     """A RunsFile for runs gathered after the fact (from raw/, or from several folders): the grid is the cells they
-    hold, every model counts as planned in every cell, and the runs are in report order."""
+    hold, every model counts as planned in every cell, the runs in report order."""
     inputs = sorted({r.input_len for r in runs})
     concurrencies = sorted({r.concurrency for r in runs})
     repeats = max(r.repeat for r in runs)
@@ -359,16 +365,16 @@ def read_runs(folder: Path) -> RunsFile:
     required = f"a folder written by `t4serve bench --output DIR` (it holds {RUNS_FILE})"
     fix = "pass the --output folder of an earlier `t4serve bench` run"
     data = _load(path, f"{folder} is not a `t4serve bench` result folder:", required, fix)
-    if data.get("schema") != RUNS_SCHEMA:
+    if data.get("schema") not in READ_SCHEMAS:
         raise ConfigError(f"{path} is of a schema this t4serve does not read",
-                          found=f"schema {str(data.get('schema'))[:40]}", required=f"schema {RUNS_SCHEMA}: {required}",
+                          found=f"schema {str(data.get('schema'))[:40]}", required=f"schema {READ_SCHEMAS}: {required}",
                           fix="report it with the t4serve version that wrote it")  # fmt: skip
     try:
         runs_file = from_dict(RunsFile, data, where=str(path))
     except ConfigError as exc:
         raise ConfigError(f"{path} is not a runs file of this t4serve", found=exc.what, required=required,
                           fix=fix) from None
-    return check_runs_file(runs_file, str(path))
+    return check_runs_file(dataclasses.replace(runs_file, schema=RUNS_SCHEMA), str(path))
 
 
 def check_runs_file(runs_file: RunsFile, where: str) -> RunsFile:
@@ -404,6 +410,8 @@ def _check_runs_file(rf: RunsFile) -> None:
     check_int(rf.repeats, "repeats", 1, MAX_REPEATS)
     check_int(rf.output_len, "output_len", 0, MAX_INPUT_LEN)
     check_int(rf.planned_runs, "planned_runs", 0, MAX_COUNT)
+    if rf.order not in ("interleaved", "rounds", "sequential") or rf.client not in (None, "sweep", "per-run"):
+        raise Untrusted(f"order {rf.order[:20]!r} / client {str(rf.client)[:20]!r} is not one this t4serve wrote")
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         value = getattr(rf, name)
         if value is not None:
@@ -449,6 +457,8 @@ def _check_runs_file(rf: RunsFile) -> None:
                 if value is not None:
                     check_finite(value, f"{where}: server {name}", 0.0, MAX_FIGURE)
             check_text(s.error or "", f"{where}: a note", allow_blanks=True)
+        if run.timing is not None:
+            check_timing(run.timing, where)
 
 
 def check_model_name(name: str) -> str:

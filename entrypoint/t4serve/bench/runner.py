@@ -1,9 +1,21 @@
-"""Run the sweep: per model (a running server at --base-url, or `t4serve serve` started as a user runs it:
-t4serve.bench.servers), per cell and repeat, vLLM's own `vllm bench serve`, with GPU telemetry sampled during each
-cell; then write the result folder.
+"""Run the sweep: per cell and repeat, vLLM's own `vllm bench serve` against each model's server (a running one at
+--base-url, or `t4serve serve` started as a user runs it: t4serve.bench.servers), with GPU telemetry and vLLM's
+/metrics sampled during each run; the result folder's runs.json, runs.csv and report.md written after every run,
+the plots at the end.
+
+The order is t4serve.bench.grid.sweep_steps': the models interleaved pair by pair (A B, then B A). Servers at
+--base-url are all resident, so a pair's runs are back to back. Servers bench starts run one at a time, in rounds:
+`t4serve serve` sizes its KV pool to the card's whole free memory (preflight and the plan read it), so a second one
+started beside it would find that memory taken and be refused, or size another pool than the one a user gets; and
+a start costs minutes (load, compile, canary) against a run's seconds, so a start per pair would spend most of the
+sweep starting servers. To interleave pair by pair on one large card, start the servers sized to share it
+(T4SERVE_SIZE_AS, as tests/gpu/bench_host.py does) and pass --base-url.
+
+The client (t4serve.bench.client): one process for the sweep by default, so vLLM's import is paid once; each run
+records its start and end time and the client's time, and bench prints where the client's time went.
 
 A run that fails (the client exits non-zero, times out, or writes no JSON) is recorded with its error and the tail
-of its log, and the sweep goes on; a server that never becomes ready fails every cell of its model, visibly.
+of its log, and the sweep goes on; a server that never becomes ready fails every later run of its model, visibly.
 With an API key (T4SERVE_API_KEY / T4SERVE_API_KEY_FILE, else OPENAI_API_KEY) the servers it starts read it as `serve`
 does (vLLM gets it as VLLM_API_KEY), `vllm bench serve` gets it as OPENAI_API_KEY
 (vllm/benchmarks/lib/endpoint_request_func.py reads it for its Authorization header), and the readiness check and the
@@ -18,17 +30,17 @@ import datetime
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from t4serve.atomic import write_atomic
 from t4serve.bench import grid, report
+from t4serve.bench.client import Client, make_client
 from t4serve.bench.results import (
     RUNS_SCHEMA,
     Run,
@@ -36,6 +48,7 @@ from t4serve.bench.results import (
     RunsFile,
     ServerSide,
     Telemetry,
+    model_label,
     raw_name,
     read_result,
     write_runs,
@@ -43,6 +56,7 @@ from t4serve.bench.results import (
 from t4serve.bench.servers import BenchServer, plan_servers, running_server, tail
 from t4serve.bench.serverside import MetricsSampler
 from t4serve.bench.telemetry import Sampler
+from t4serve.bench.timing import RunTiming, describe, now, split
 from t4serve.config.secrets import client_api_key
 from t4serve.errors import BenchError, ConfigError, T4ServeError
 from t4serve.gpus import KnownGpu
@@ -58,7 +72,8 @@ class BenchOptions:
     repeats: int
     output_len: int
     output: Path
-    num_prompts: int | None = None
+    num_prompts: int | None = None  # requests per run; None: grid.prompts_per_cell (waves x c, a steady state)
+    waves: int = grid.STEADY_WAVES  # requests per stream in a run, without num_prompts
     # model -> URL of a server already running it; empty: start each model's server from the plan.
     base_urls: dict[str, str] = field(default_factory=dict)
     # model -> tokenizer for `vllm bench serve --tokenizer`; default: the checkpoint the model names.
@@ -72,6 +87,8 @@ class BenchOptions:
     ready_timeout_s: float = 1800.0
     cell_timeout_s: float = 3600.0
     telemetry_interval_s: float = 0.5
+    # "sweep": one client process for the whole sweep (this Python imports vLLM); "per-run": `vllm` per run.
+    client: str = "sweep"
     # Goodput's objectives: a request counts as good when its TTFT and its TPOT are both within them.
     slo_ttft_ms: float = grid.DEFAULT_SLO_TTFT_MS
     slo_tpot_ms: float = grid.DEFAULT_SLO_TPOT_MS
@@ -80,12 +97,10 @@ class BenchOptions:
 WARMUP_DIR = "warmup"
 
 
-def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
-    """`vllm bench serve` for one cell and repeat, as published-t4-run.md's sweep ran it."""
+def bench_args(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path,
+               num_prompts: int | None = None) -> list[str]:
+    """The arguments of `vllm bench serve` for one run of a cell, as published-t4-run.md's sweep ran it."""
     return [
-        *shlex.split(opts.vllm),
-        "bench",
-        "serve",
         "--backend",
         "vllm",
         "--base-url",
@@ -101,7 +116,7 @@ def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
         "--random-output-len",
         str(opts.output_len),
         "--num-prompts",
-        str(grid.prompts_per_cell(cell.concurrency, opts.num_prompts)),
+        str(num_prompts or grid.prompts_per_cell(cell.concurrency, opts.num_prompts, opts.waves)),
         "--max-concurrency",
         str(cell.concurrency),
         "--ignore-eos",
@@ -126,6 +141,11 @@ def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, c
     ]
 
 
+def bench_argv(opts: BenchOptions, url: str, served_name: str, tokenizer: str, cell: grid.Cell, raw: Path) -> list[str]:
+    """`vllm bench serve` for one run, as a command line (`--client per-run` runs it as it is)."""
+    return [*shlex.split(opts.vllm), "bench", "serve", *bench_args(opts, url, served_name, tokenizer, cell, raw)]
+
+
 def cell_run(
     opts: BenchOptions,
     model: str,
@@ -136,6 +156,7 @@ def cell_run(
     error: str | None,
     telemetry: Telemetry | None,
     server: ServerSide | None = None,
+    timing: RunTiming | None = None,
 ) -> Run:
     """The record of one run of one cell, measured or failed."""
     return Run(
@@ -144,62 +165,54 @@ def cell_run(
         concurrency=cell.concurrency,
         repeat=cell.repeat,
         seed=cell.seed,
-        num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts),
+        num_prompts=grid.prompts_per_cell(cell.concurrency, opts.num_prompts, opts.waves),
         raw_file=raw_file,
         figures=figures,
         error=error,
         telemetry=telemetry,
         server=server,
+        timing=timing,
     )
 
 
-def run_cell(
-    opts: BenchOptions,
-    model: str,
-    url: str,
-    served_name: str,
-    tokenizer: str,
-    cell: grid.Cell,
-    raw_dir: Path,
-    api_key: str | None,
-    environ: Mapping[str, str],
-) -> Run:
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a model's runs go: its server's URL, the name it serves under, the tokenizer the client loads."""
+
+    url: str
+    served_name: str
+    tokenizer: str
+
+
+def run_cell(opts: BenchOptions, client: Client, model: str, at: Endpoint, cell: grid.Cell, raw_dir: Path,
+             num_prompts: int | None = None) -> Run:
+    """One run of a cell in the client, its telemetry and vLLM's /metrics sampled meanwhile."""
     raw = raw_dir / raw_name(model, cell)
     log = raw.with_suffix(".log")
-    argv = bench_argv(opts, url, served_name, tokenizer, cell, raw)
-
+    args = bench_args(opts, at.url, at.served_name, at.tokenizer, cell, raw, num_prompts)
     server: ServerSide | None = None
+    timing: RunTiming | None = None
 
-    def made(
-        raw_file: str | None, figures: RunFigures | None, error: str | None, telemetry: Telemetry | None = None
-    ) -> Run:
-        return cell_run(opts, model, cell, raw_file=raw_file, figures=figures, error=error, telemetry=telemetry,
-                        server=server)
+    def made(raw_file: str | None, figures: RunFigures | None, error: str | None,
+             telemetry: Telemetry | None = None) -> Run:
+        run = cell_run(opts, model, cell, raw_file=raw_file, figures=figures, error=error, telemetry=telemetry,
+                       server=server, timing=timing)
+        return dataclasses.replace(run, num_prompts=num_prompts) if num_prompts is not None else run
 
-    with (
-        Sampler(opts.telemetry_interval_s) as sampler,
-        MetricsSampler(url, opts.telemetry_interval_s) as metrics,
-        log.open("w", encoding="utf-8") as out,
-    ):
-        out.write("$ " + shlex.join(argv) + "\n")
-        out.flush()
-        env = {**environ, "OPENAI_API_KEY": api_key} if api_key else dict(environ)
-        try:
-            done = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, timeout=opts.cell_timeout_s, check=False, env=env
-            )
-            rc: int | None = done.returncode
-        except subprocess.TimeoutExpired:
-            rc = None
-        except OSError as exc:
-            return made(None, None, f"cannot run {argv[0]}: {exc}")
+    started = now()
+    with Sampler(opts.telemetry_interval_s) as sampler, MetricsSampler(at.url, opts.telemetry_interval_s) as metrics:
+        ran = client.run(args, log, opts.cell_timeout_s)
+    timing = RunTiming(started=started, ended=now(), wall_s=round(ran.wall_s, 3),
+                       client_start_s=None if ran.client_start_s is None else round(ran.client_start_s, 3))
     telemetry = sampler.result()
     server = metrics.result()
-    if rc is None:
+    if ran.error is not None:
+        return made(None, None, ran.error, telemetry)
+    if ran.rc is None:
         error = f"`vllm bench serve` ran past {opts.cell_timeout_s:.0f} s and was stopped; log {log.name}"
         return made(None, None, error, telemetry)
-    if rc != 0 or not raw.is_file():
-        error = f"`vllm bench serve` exited {rc} without a result; log {log.name}: ...{tail(log, 3)[-300:]}"
+    if ran.rc != 0 or not raw.is_file():
+        error = f"`vllm bench serve` exited {ran.rc} without a result; log {log.name}: ...{tail(log, 3)[-300:]}"
         return made(None, None, error, telemetry)
     try:
         figures = read_result(raw)
@@ -347,13 +360,17 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     client_key = client_api_key(environ, "OPENAI_API_KEY")
     card, no_card = sweep_gpu(environ) if set(opts.models) - set(opts.ceilings) else (None, "")
     ceilings, notes = roofline_ceilings(opts.models, opts.ceilings, environ, card, no_card)
+    together = bool(opts.base_urls)
     if opts.warmup_run:
-        notes.append(f"each cell ran once before its repeats, unrecorded (--warmup-run; seed repeat 0, files in "
-                     f"raw/{WARMUP_DIR}/), so kernels compiled for its batch shapes are not timed")
+        notes.append(f"each cell ran once before its first pair (each server's first run of it), unrecorded "
+                     f"(--warmup-run; 2 x c requests, seed repeat 0, files in raw/{WARMUP_DIR}/), so kernels compiled "
+                     "for its batch shapes are not timed")
     planned: dict[str, BenchServer] = {}
-    if not opts.base_urls:
+    if not together:
         planned, plan_notes = plan_servers(opts.models, environ, opts.output)
         notes += plan_notes
+    steps = grid.sweep_steps(opts.models, opts.inputs, opts.concurrencies, opts.repeats, together=together,
+                             warmup=opts.warmup_run)
     runs_file = RunsFile(
         schema=RUNS_SCHEMA,
         models=list(opts.models),
@@ -368,25 +385,145 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         planned_runs=len(opts.models) * len(cells),
         slo_ttft_ms=opts.slo_ttft_ms,
         slo_tpot_ms=opts.slo_tpot_ms,
+        order="interleaved" if together else "rounds",
+        client=opts.client,
     )
     progress = Progress(runs_file.planned_runs, out)
-
-    def record(run: Run) -> None:
-        # runs.json after every run: a sweep killed at any moment (even -9) leaves every finished run on disk.
-        runs_file.runs.append(run)
-        write_runs(opts.output, runs_file)
-
+    # The line benchmark_status reads runs done / planned from, before the first run (a server start, minutes) ends.
+    out.write(f"[{'.' * 20}] 0/{runs_file.planned_runs} planned\n")
+    out.flush()
+    client = make_client(opts.client, opts.vllm, raw_dir, client_key, environ)
+    servers = Servers(opts, planned, raw_dir, out, environ, client_key)
+    sweep = Sweep(opts, runs_file, client, servers, progress)
     write_runs(opts.output, runs_file)
     try:
-        with _signals_interrupt():
-            for model in opts.models:
-                _run_model(opts, model, cells, raw_dir, planned.get(model), progress, record, client_key, environ)
+        with _signals_interrupt(), contextlib.closing(client), contextlib.closing(servers):
+            for step in steps:
+                sweep.step(step)
     except Interrupted as exc:
         runs_file = dataclasses.replace(runs_file, interrupted=exc.why)
+        _print_split(runs_file, out)
         write_folder(opts.output, runs_file, out)
         raise
+    _print_split(runs_file, out)
     write_folder(opts.output, runs_file, out)
     return runs_file
+
+
+def _print_split(runs_file: RunsFile, out: IO[str]) -> None:
+    s = split((r.timing, r.figures.duration_s if r.figures else None) for r in runs_file.runs if r.timing)
+    if s is not None:
+        out.write(describe(s) + "\n")
+        out.flush()
+
+
+class Servers:
+    """Each model's endpoint as the sweep reaches it: at --base-url (all resident; each asked once for the name it
+    serves), or a `t4serve serve` bench starts, one at a time: reaching another model stops the running one first.
+    A server that fails (never ready, or lists no model) fails every later run of its model, at once."""
+
+    def __init__(self, opts: BenchOptions, planned: dict[str, BenchServer], raw_dir: Path, out: IO[str],
+                 environ: Mapping[str, str], api_key: str | None) -> None:
+        self.opts, self.planned, self.raw_dir, self.out = opts, planned, raw_dir, out
+        self.environ, self.api_key = environ, api_key
+        self.failed: dict[str, T4ServeError] = {}
+        self.known: dict[str, Endpoint] = {}
+        self.current: str | None = None
+        self.starts: dict[str, int] = {}
+        self.stack = contextlib.ExitStack()
+
+    def endpoint(self, model: str) -> Endpoint:
+        """Where `model`'s run goes now; T4ServeError (also for every later call) where its server fails."""
+        if model in self.failed:
+            raise self.failed[model]
+        try:
+            return self._endpoint(model)
+        except T4ServeError as exc:
+            self.failed[model] = exc
+            self.out.write(f"{model}: {exc.message()}\n")
+            raise
+
+    def _endpoint(self, model: str) -> Endpoint:
+        server = self.planned.get(model)
+        if server is None:
+            if model not in self.known:
+                url = self.opts.base_urls[model].rstrip("/")
+                tokenizer = self.opts.tokenizers.get(model) or default_tokenizer(model, self.environ)
+                self.known[model] = Endpoint(url, served_model_name(url, api_key=self.api_key), tokenizer)
+            return self.known[model]
+        if self.current != model:
+            self.stack.close()
+            self.current = None
+            n = self.starts[model] = self.starts.get(model, 0) + 1
+            self.out.write(f"starting {model}{'' if n == 1 else f' (start {n})'}: {server.describe()}\n")
+            self.out.flush()
+            log = self.raw_dir / f"server_{model_label(model)}_{n}.log"
+            started = self.stack.enter_context(running_server(server, log, self.opts.ready_timeout_s, self.environ,
+                                                              self.api_key))
+            self.current = model
+            tokenizer = self.opts.tokenizers.get(model, started.checkpoint)
+            self.known[model] = Endpoint(started.url, served_model_name(started.url, api_key=self.api_key), tokenizer)
+        return self.known[model]
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+class Sweep:
+    """The sweep's runs, one step at a time: each recorded run written out at once (runs.json, runs.csv and
+    report.md: a sweep killed at any moment, even by -9, leaves every finished run and pair on disk)."""
+
+    def __init__(self, opts: BenchOptions, runs_file: RunsFile, client: Client, servers: Servers,
+                 progress: Progress) -> None:
+        self.opts, self.runs_file, self.client, self.servers, self.progress = opts, runs_file, client, servers, progress
+        self.raw_dir = opts.output / "raw"
+        # Client start-up paid by a warm-up run, carried to the next recorded run (whose timing says what it paid).
+        self.carried_start_s = 0.0
+
+    def record(self, run: Run) -> None:
+        if run.timing is not None and run.timing.client_start_s is not None and self.carried_start_s:
+            run = dataclasses.replace(run, timing=dataclasses.replace(
+                run.timing, client_start_s=round(run.timing.client_start_s + self.carried_start_s, 3)))
+            self.carried_start_s = 0.0
+        self.runs_file.runs.append(run)
+        write_tables(self.opts.output, self.runs_file)
+
+    def step(self, step: grid.Step) -> None:
+        cell = step.cell
+        label = f"{step.model} in={cell.input_len} c={cell.concurrency}"
+        try:
+            at = self.servers.endpoint(step.model)
+        except T4ServeError as exc:
+            if not step.warmup:
+                self.record(cell_run(self.opts, step.model, cell, raw_file=None, figures=None, error=exc.what,
+                                     telemetry=Telemetry(samples=0, error="server not running")))
+                self.progress.step(f"{label} r={cell.repeat}", f"FAILED: {exc.what}")
+            return
+        if step.warmup:
+            warm = run_cell(self.opts, self.client, step.model, at, cell, self.raw_dir / WARMUP_DIR,
+                            grid.warmup_prompts(cell.concurrency, self.opts.num_prompts, self.opts.waves))
+            if warm.timing is not None and warm.timing.client_start_s:
+                self.carried_start_s += warm.timing.client_start_s
+            done = warm.error or "done"
+            self.progress.stream.write(f"  warm-up {label} (not recorded): {done}{_client_time(warm)}\n")
+            self.progress.stream.flush()
+            return
+        run = run_cell(self.opts, self.client, step.model, at, cell, self.raw_dir)
+        self.record(run)
+        outcome = run.error or (
+            f"{run.figures.output_throughput:.2f} tok/s, TPOT {run.figures.median_tpot_ms:.2f} ms, "
+            f"{run.figures.failed} failed" if run.figures else "?")
+        self.progress.step(f"{label} r={cell.repeat}", outcome + _client_time(run))
+
+
+def _client_time(run: Run) -> str:
+    """A run's client time, as its progress line shows it: start-up paid, its wall time, the part measured."""
+    t = run.timing
+    if t is None:
+        return ""
+    start = f"client start-up {t.client_start_s:.1f} s, " if t.client_start_s else ""
+    measured = f", measured {run.figures.duration_s:.1f} s" if run.figures else ""
+    return f" [{start}run {t.wall_s:.1f} s{measured}]"
 
 
 class Interrupted(BaseException):
@@ -418,50 +555,11 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _run_model(
-    opts: BenchOptions,
-    model: str,
-    cells: list[grid.Cell],
-    raw_dir: Path,
-    server: BenchServer | None,
-    progress: Progress,
-    record: Callable[[Run], None],
-    api_key: str | None,
-    environ: Mapping[str, str],
-) -> None:
-    done = 0  # cells of this model recorded so far
-    try:
-        with contextlib.ExitStack() as stack:
-            if server is not None:
-                progress.stream.write(f"starting {model}: {server.describe()}\n")
-                log = raw_dir / f"server_{raw_name(model, cells[0])[:-5]}.log"
-                started = stack.enter_context(running_server(server, log, opts.ready_timeout_s, environ, api_key))
-                url, tokenizer = started.url, opts.tokenizers.get(model, started.checkpoint)
-            else:
-                url = opts.base_urls[model].rstrip("/")
-                tokenizer = opts.tokenizers.get(model) or default_tokenizer(model, environ)
-            name = served_model_name(url, api_key=api_key)
-            for cell in cells:
-                if opts.warmup_run and cell.repeat == 1:
-                    warm = run_cell(opts, model, url, name, tokenizer, grid.Cell(cell.input_len, cell.concurrency, 0),
-                                    raw_dir / WARMUP_DIR, api_key, environ)
-                    progress.stream.write(f"  warm-up {model} in={cell.input_len} c={cell.concurrency} (not recorded): "
-                                          f"{warm.error or 'done'}\n")
-                    progress.stream.flush()
-                run = run_cell(opts, model, url, name, tokenizer, cell, raw_dir, api_key, environ)
-                record(run)
-                done += 1
-                outcome = run.error or (
-                    f"{run.figures.output_throughput:.2f} tok/s, {run.figures.failed} failed" if run.figures else "?"
-                )
-                progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", outcome)
-    except T4ServeError as exc:
-        # The server never served: every remaining cell of this model is a failed run, shown, not dropped.
-        for cell in cells[done:]:
-            record(cell_run(opts, model, cell, raw_file=None, figures=None, error=exc.what,
-                            telemetry=Telemetry(samples=0, error="server not running")))
-            progress.step(f"{model} in={cell.input_len} c={cell.concurrency} r={cell.repeat}", f"FAILED: {exc.what}")
-        progress.stream.write(f"{model}: {exc.message()}\n")
+def write_tables(folder: Path, runs_file: RunsFile) -> None:
+    """runs.json, runs.csv and report.md (each atomically): what a sweep leaves after every run."""
+    write_runs(folder, runs_file)
+    write_atomic(folder / "runs.csv", report.runs_csv(runs_file.runs))
+    write_atomic(folder / "report.md", report.markdown(runs_file))
 
 
 def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:

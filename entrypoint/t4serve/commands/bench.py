@@ -18,7 +18,7 @@ import click
 from t4serve.bench.grid import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
 from t4serve.config.options import FloatText, IntText
 from t4serve.errors import BenchError, ConfigError
-from t4serve.untrusted import Untrusted, check_path, check_text, parse_float, printable
+from t4serve.untrusted import Untrusted, check_host, check_path, check_text, parse_float, parse_int, printable
 
 # results.MAX_MODEL_NAME_CHARS, restated so `t4serve bench --help` imports nothing of the sweep.
 MAX_MODEL_NAME_CHARS = 160
@@ -105,12 +105,15 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--output-len", type=IntText(1, 1 << 20), default=128, show_default=True,
               help="Generated tokens per request (--ignore-eos).")
 @click.option("--num-prompts", type=IntText(1, 1 << 20), default=None,
-              help="Requests per cell [default: max(4 x concurrency, 8)].")
+              help="Requests per run [default: --waves x concurrency].")
+@click.option("--waves", type=IntText(1, 1000), default=10, show_default=True,
+              help="Without --num-prompts: requests per stream in a run (10: a steady state, the ramp and the drain "
+              "a small part of it).")
 @click.option("--num-warmups", type=IntText(0, 1 << 16), default=2, show_default=True,
               help="Warm-up requests before each run.")
 @click.option("--warmup-run", is_flag=True, default=False,
-              help="Run each cell once, unrecorded, before its repeats (raw/warmup/): kernels a new batch shape "
-              "compiles are not timed.")
+              help="Run each cell once per server, unrecorded, before its first pair (2 x concurrency requests, "
+              "raw/warmup/): kernels a new batch shape compiles are not timed.")
 @click.option(
     "--base-url",
     default=None,
@@ -120,7 +123,11 @@ def _pairs(raw: str | None, flag: str, models: list[str], lone_for_all: bool = F
 @click.option("--tokenizer", default=None, help="Tokenizer: PATH (for every model) or MODEL=PATH,...")
 @click.option("--ceiling", default=None, help="Decode ceiling tok/s per stream: MODEL=N,... [default: roofline].")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Result folder [default: bench-DATE].")
-@click.option("--vllm", default="vllm", show_default=True, help="The vLLM command whose `bench serve` runs.")
+@click.option("--client", "client_kind", type=click.Choice(["sweep", "per-run"]), default="sweep", show_default=True,
+              help="sweep: one `vllm bench serve` client for the whole sweep, in this Python (vLLM imported once); "
+              "per-run: --vllm's command, a process per run.")
+@click.option("--vllm", default=None, help="With --client per-run: the vLLM command whose `bench serve` runs "
+              "[default: vllm].")
 @click.option("--ready-timeout", default="1800", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
               help="Seconds a started server may take to load.")
 @click.option("--cell-timeout", default="3600", type=FloatText(0.0, MAX_TIMEOUT_S, lo_open=True), show_default=True,
@@ -139,22 +146,28 @@ def command(
     repeats: int,
     output_len: int,
     num_prompts: int | None,
+    waves: int,
     num_warmups: int,
     warmup_run: bool,
     base_url: str | None,
     tokenizer: str | None,
     ceiling: str | None,
     output: Path | None,
-    vllm: str,
+    client_kind: str,
+    vllm: str | None,
     ready_timeout: float,
     cell_timeout: float,
     slo_ttft_ms: float,
     slo_tpot_ms: float,
 ) -> None:
-    """Run the published T4 sweep: per model, input length, concurrency and repeat, `vllm bench serve`.
+    """Run the published T4 sweep: per input length, concurrency and repeat, `vllm bench serve` for each model.
 
-    Without --base-url each model is served by `t4serve serve` (preflight, plan, canary, supervision), started and
-    stopped in turn. Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json, report.md and PNG plots.
+    The models are interleaved: a cell's repeat is a pair, one run of each model, the order alternating between
+    repeats (A B, then B A); the report gives each cell's ratio pair by pair. With --base-url (servers already
+    running) a pair's runs are back to back. Without it each model is served by `t4serve serve` (preflight, plan,
+    canary, supervision), one at a time, in rounds: every cell once per server start, the rounds alternating.
+    Writes OUTPUT/raw/*.json (vLLM's own results), runs.csv, runs.json and report.md after every run, the PNG plots
+    at the end, and prints where the client's time went (start-up against measured time).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -183,6 +196,7 @@ def command(
                 required="tok/s, a finite number above 0",
                 fix=f"--ceiling {key}=60.3",
             ) from None
+    given_vllm, vllm = vllm, vllm if vllm is not None else "vllm"
     try:
         vllm_command = shlex.split(vllm)
     except ValueError as exc:
@@ -197,11 +211,27 @@ def command(
             required="a command, shell-quoted, e.g. vllm or '/opt/venv/bin/python -m vllm.entrypoints.cli.main'",
             fix="--vllm vllm",
         )
+    if given_vllm is not None and client_kind != "per-run":
+        raise ConfigError(
+            "--vllm names a command for --client per-run; the default client runs vLLM in this Python",
+            found=f"--vllm {vllm[:200]!r} with --client {client_kind}",
+            required="--client per-run beside --vllm, or no --vllm",
+            fix=f"--client per-run --vllm {shlex.quote(vllm[:200])}",
+        )
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     parsed_inputs = grid.parse_int_list(inputs, "--inputs")
     concurrencies = grid.parse_int_list(concurrency, "--concurrency", grid.MAX_CONCURRENCY)
     grid.validate(parsed_inputs, concurrencies, repeats)
-    base_urls = _pairs(base_url, "--base-url", model_list)
+    base_urls = {key: _checked_url(key, url) for key, url in _pairs(base_url, "--base-url", model_list).items()}
+    for flag, pairs in (("--base-url", base_urls), ("--ceiling", ceilings)):
+        stray = [key for key in pairs if key not in model_list]
+        if stray:
+            raise ConfigError(
+                f"{flag} names a model not in --models: {printable(stray[0][:80])}",
+                found=f"{flag} for {', '.join(printable(k[:80]) for k in pairs)}; --models {', '.join(model_list)}",
+                required=f"{flag} MODEL=VALUE for models of --models only",
+                fix=f"add {printable(stray[0][:80])} to --models, or drop it from {flag}",
+            )
     tokenizers = _pairs(tokenizer, "--tokenizer", model_list, lone_for_all=True)
     # Last, once every option is known good: a usage error leaves no folder behind.
     folder = output or Path(f"bench-{stamp}")
@@ -214,10 +244,12 @@ def command(
         output_len=output_len,
         output=_output_folder(folder),
         num_prompts=num_prompts,
+        waves=waves,
         base_urls=base_urls,
         tokenizers=tokenizers,
         ceilings=ceilings,
         vllm=vllm,
+        client=client_kind,
         num_warmups=num_warmups,
         warmup_run=warmup_run,
         ready_timeout_s=ready_timeout,
@@ -252,6 +284,33 @@ def command(
     if failed:
         click.echo(f"t4serve bench: {failed} of {len(runs_file.runs)} runs failed (see report.md)", err=True)
         ctx.exit(1)
+
+
+def _checked_url(model: str, url: str) -> str:
+    """A --base-url value: http(s)://HOST[:PORT][/PATH], the host through the one host check and the port through
+    the one integer parser; else a ConfigError (exit 2), where the sweep used to run and fail every cell (exit 6)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = parts.netloc.rpartition("@")[2]
+        port = netloc.rpartition("]")[2].rpartition(":")[2] if ":" in netloc.rpartition("]")[2] else None
+        if parts.scheme not in ("http", "https") or not host or "@" in parts.netloc or parts.query or parts.fragment:
+            raise Untrusted("must be http://HOST:PORT (no user, query or fragment)")
+        check_host(host)
+        if port is not None:
+            parse_int(port, 1, 65535)
+    except (Untrusted, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else str(exc)
+        raise ConfigError(
+            f"--base-url for {printable(model[:80])}: {printable(url[:200])!r} is not a server's URL ({reason})",
+            found=printable(url[:200]),
+            required="http://HOST:PORT or https://HOST:PORT/PATH, the host an IP address or a name, the port in "
+            "ASCII digits",
+            fix="--base-url http://127.0.0.1:8000",
+        ) from None
+    return url
 
 
 def _one_word(name: str) -> bool:

@@ -19,6 +19,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -380,6 +381,8 @@ class GuardedLines:
     def __init__(self, source: BinaryIO) -> None:
         self.source = source
         self.answers: Any = None
+        # The start of a line being skipped for its length: its id, when it comes first, is what the refusal answers.
+        self.head = b""
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -398,17 +401,21 @@ class GuardedLines:
                 del buffer[: end + 1 if end >= 0 else len(buffer)]
                 if skipping:
                     skipping = False
-                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    await self._refuse(leading_id(self.head), PARSE_ERROR,
+                                       f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
                     continue
                 text = await self._checked(line)
                 if text is not None:
                     yield text
             if len(buffer) > MAX_MESSAGE_BYTES:
+                if not skipping:
+                    self.head = bytes(buffer[:HEAD_BYTES])
                 buffer.clear()
                 skipping = True
             if ended:
                 if skipping:
-                    await self._refuse(None, PARSE_ERROR, f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+                    await self._refuse(leading_id(self.head), PARSE_ERROR,
+                                       f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
                 return
 
     def _read(self) -> bytes:
@@ -422,14 +429,17 @@ class GuardedLines:
 
         if not line.strip():
             return None
+        if len(line) > MAX_MESSAGE_BYTES:  # it came whole in the chunk that passed the bound
+            await self._refuse(leading_id(line[:HEAD_BYTES]), PARSE_ERROR,
+                               f"message longer than {MAX_MESSAGE_BYTES:,} bytes")
+            return None
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             await self._refuse(None, PARSE_ERROR, f"not UTF-8 (byte {exc.start})")
             return None
-        depth = json_depth(text)
-        if depth > MAX_MESSAGE_DEPTH:
-            await self._refuse(None, PARSE_ERROR, f"nested {depth} levels deep, more than {MAX_MESSAGE_DEPTH}")
+        if json_depth(text, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+            await self._refuse(None, PARSE_ERROR, f"nested more than {MAX_MESSAGE_DEPTH} levels deep")
             return None
         try:
             mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
@@ -440,10 +450,17 @@ class GuardedLines:
                 await self._refuse(None, PARSE_ERROR, "not JSON")
                 return None
             raw_id = data.get("id") if isinstance(data, dict) else None
-            ok_id = isinstance(raw_id, str | int) and not isinstance(raw_id, bool) and len(str(raw_id)) <= 200
-            await self._refuse(raw_id if ok_id else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
+            await self._refuse(raw_id if plain_id(raw_id) else None, INVALID_REQUEST, "not a JSON-RPC 2.0 request, "
                                "notification or response (jsonrpc \"2.0\", a method, an id of a string or integer)")
             return None
+        if '"id"' in text:
+            # The SDK reads a message whose id is an object, a list, null or true as a notification: never answered.
+            data = json.loads(text)
+            raw_id = data.get("id", 0) if isinstance(data, dict) else 0
+            if not plain_id(raw_id):
+                await self._refuse(None, INVALID_REQUEST, "an id must be a string or an integer of at most 53 bits "
+                                   f"(found {type(raw_id).__name__ if raw_id is not None else 'null'})")
+                return None
         return text
 
     async def _refuse(self, request_id: str | int | None, code: int, why: str) -> None:
@@ -460,3 +477,41 @@ class GuardedLines:
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+# How much of an oversized line is kept to find its id (clients write "jsonrpc", "id" and "method" before "params").
+HEAD_BYTES = 64 * 1024
+_ID_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?[0-9]{1,19})\s*[,}]')
+
+
+# The largest id answered as given: a JSON number a client (JavaScript's included) reads back exactly. The SDK gave
+# no answer at all to an id of 1e20.
+MAX_ID = 2**53 - 1
+
+
+def plain_id(value: object) -> bool:
+    """A JSON-RPC id this server answers with: a string of at most 200 characters or an integer within MAX_ID."""
+    if isinstance(value, str):
+        return len(value) <= 200
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_ID <= value <= MAX_ID
+
+
+def leading_id(head: bytes) -> str | int | None:
+    """The id of the JSON-RPC message `head` begins, when its top-level "id" comes within `head` (a string or an
+    integer); else None. A scan that skips strings and counts brackets, so an "id" inside params is not taken."""
+    depth, i, n = 0, 0, len(head)
+    while i < n:
+        c = head[i]
+        if c == 0x22:  # a string: to its closing quote
+            j = i + 1
+            while j < n and head[j] != 0x22:
+                j += 2 if head[j] == 0x5C else 1
+            if j >= n:
+                return None
+            if depth == 1 and head[i : j + 1] == b'"id"':
+                match = _ID_VALUE.match(head, j + 1)
+                value = json.loads(match.group(1)) if match is not None else None
+                return value if plain_id(value) else None
+            i = j + 1
+            continue
+        depth += 1 if c in b"[{" else -1 if c in b"]}" else 0
+        i += 1
+    return None

@@ -49,4 +49,14 @@ def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Se
             required="config.json and readable safetensors headers",
             fix="re-download the checkpoint, or point T4SERVE_MODEL at a complete checkpoint directory",
         )
+    if the_plan.sizing is None and the_plan.gpu is not None:
+        # A GPU to size for and a checkpoint read, yet no sizing: settings vLLM refuses (batched tokens below the
+        # sequences) or a model outside what t4serve sizes (an unknown layer type). serve refuses it, and roofline
+        # the same checkpoint: exit 2 in both forms, the plan above printed for what it can say.
+        raise ConfigError(
+            "this plan cannot run: t4serve could not size it",
+            found=the_plan.sizing_error or "sizing did not run",
+            required="settings and a checkpoint that t4serve can size for this GPU",
+            fix="change what the reason above names (`t4serve env` shows the settings in effect)",
+        )
     return 0

@@ -101,6 +101,16 @@ class KVFlags:
         return words
 
 
+def block_size(value: str) -> int | None:
+    """`--block-size`'s value as vLLM's int() reads it, through t4serve's one integer parser (ASCII digits, an optional
+    sign, blanks around): the same number for the plan's sizing and for vLLM, or None when the two could differ
+    ("3_2", other scripts' digits)."""
+    try:
+        return untrusted.parse_int(value, 1, 1 << 20)
+    except untrusted.Untrusted:
+        return None
+
+
 def _switch(name: str) -> tuple[str, tuple[str, bool]] | None:
     for flag, setting in SWITCHES.items():
         if names_flag(name, flag):
@@ -127,7 +137,9 @@ def _speculative_method(name: str, value: str) -> tuple[str | None, str | None]:
         method = config.get("method")
         if method is None and config.get("model") is not None:
             return None, "its --speculative-config names a draft model, whose KV cache layers t4serve does not size"
-        return (str(method) if method is not None else None), None
+        if method is not None and not isinstance(method, str):
+            return None, f"its method must be a JSON string (found a {type(method).__name__})"
+        return method, None
     base, dot, key = name.partition(".")
     if dot and names_flag(base, "--speculative-config"):
         if key == "method":
@@ -164,11 +176,11 @@ def refused_kv_flag(arg: str, following: str | None) -> str | None:
             return f"must not contain {raw}: {reason}"
     if names_flag(name, BLOCK_SIZE_FLAG):
         if value is None:
-            return None  # vLLM's own parser names the missing value
-        try:
-            size = int(value.strip())
-        except ValueError:
-            return f"must give {raw} a whole number of tokens ({', '.join(map(str, MODELLED_BLOCK_SIZES))})"
+            return f"must give {raw} a value (one of {', '.join(map(str, MODELLED_BLOCK_SIZES))}): it ends the flags"
+        size = block_size(value)
+        if size is None:
+            sizes = ", ".join(map(str, MODELLED_BLOCK_SIZES))
+            return f"must give {raw} a whole number of tokens in ASCII digits ({sizes})"
         if size not in MODELLED_BLOCK_SIZES:
             return (
                 f"must not contain {raw} {size}: t4serve sizes the KV cache for block sizes "
@@ -176,6 +188,8 @@ def refused_kv_flag(arg: str, following: str | None) -> str | None:
                 "these GPUs runs unsplit (sliding-window layers then take the same block)"
             )
         return None
+    if eq and _switch(name) is not None:
+        return f"must not give the switch {raw} a value (vLLM's parser refuses `{raw}={glued[:20]}`); write {raw} alone"
     if value is not None and (name == "-sc" or any(names_flag(name.partition(".")[0], f) for f in SPECULATIVE_FLAGS)):
         method, refusal = _speculative_method(name, value)
         if refusal is not None:
@@ -200,8 +214,8 @@ def kv_flags(vllm_args: tuple[str, ...]) -> KVFlags:
         if switch is not None and not eq:
             field, setting = switch[1]
             values[field] = setting
-        elif names_flag(name, BLOCK_SIZE_FLAG) and value is not None and value.strip().isdigit():
-            values["block_size"] = int(value)
+        elif names_flag(name, BLOCK_SIZE_FLAG) and value is not None and (size := block_size(value)) is not None:
+            values["block_size"] = size
         elif value is not None and (name == "-sc" or any(names_flag(name.partition(".")[0], f)
                                                         for f in SPECULATIVE_FLAGS)):
             method, _why = _speculative_method(name, value)

@@ -42,10 +42,12 @@ from t4serve.config.variables import (
 from t4serve.config.vllmflags import (
     CONTROLLED_FLAGS,
     canonical_flag,
+    foreign_number,
     names_flag,
     redact_vllm_args,
     refused_value,
     secret_flag_inside,
+    secret_in_value,
     vllm_flag_conflict,
 )
 from t4serve.errors import ConfigError
@@ -169,11 +171,16 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
     for i, arg in enumerate(args):
         following = args[i + 1] if i + 1 < len(args) else None
         problem = (
-            vllm_flag_conflict(arg)
+            # First: a secret inside a JSON value is refused for that, before any reason that might quote the value.
+            secret_in_value(arg)
+            or (secret_in_value(following) if following is not None else None)
+            or vllm_flag_conflict(arg)
             or refused_value(arg, following)
             or secret_flag_inside(arg)
             # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.config.kvflags).
             or refused_kv_flag(arg, following)
+            # Numbers vLLM's parser reads otherwise than a person (issue 33).
+            or foreign_number(arg)
         )
         if problem is not None:
             flag = arg.split("=", 1)[0]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t4serve import untrusted
-from t4serve.config.vllmflags import is_secret_flag, redact_vllm_args
+from t4serve.config.vllmflags import is_secret_word, redact_vllm_args
 from t4serve.errors import ConfigError
 from t4serve.untrusted import REDACTED
 
@@ -199,7 +199,7 @@ def setting_error(
     came from, what is accepted with an example, and the fix."""
     if var.field == "vllm_args":
         # Parts of the message quote a flag or an argument: none may be a secret's value.
-        for secret in untrusted.secret_values(raw, is_secret_flag):
+        for secret in untrusted.secret_values(raw, is_secret_word):
             reason = reason.replace(secret, REDACTED)
             fix = fix.replace(secret, REDACTED) if fix is not None else None
     if shown is None:

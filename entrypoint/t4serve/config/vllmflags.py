@@ -9,6 +9,9 @@ out.
 
 from __future__ import annotations
 
+import itertools
+import re
+
 from t4serve import untrusted
 
 # Flags of `vllm serve` that t4serve sets itself, and the variable that controls each. A user flag that repeats one
@@ -74,6 +77,8 @@ SUPERVISION_FLAGS: dict[str, str] = {
     "edited config.json in a checkpoint folder and set T4SERVE_MODEL to it",
     "--hf-config-path": "t4serve sized the config.json it probed, not another one; put that config.json in a "
     "checkpoint folder and set T4SERVE_MODEL to it",
+    "--tokenizer": "t4serve sized and checks (the canary) the checkpoint T4SERVE_MODEL names with its own tokenizer; "
+    "put the tokenizer files in a checkpoint folder and set T4SERVE_MODEL to it",
 }
 
 # Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
@@ -143,6 +148,67 @@ def refused_value(arg: str, following: str | None) -> str | None:
     return None
 
 
+# A key of a JSON-valued flag (`--model-loader-extra-config '{"s3_secret_access_key": ...}'`, a token in
+# `--speculative-config`) or a dict flag's dotted key that names a secret: its value is a secret like --api-key's.
+SECRET_KEY_WORDS = frozenset({"secret", "secrets", "token", "password", "passwd", "passphrase", "credential",
+                              "credentials", "apikey", "auth", "authorization", "bearer", "cookie"})  # fmt: skip
+SECRET_KEY_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
+                              ("session", "key"), ("client", "secret"), ("sas", "key")})  # fmt: skip
+_JSON_KEY = re.compile(r"\"((?:[^\"\\]|\\.){0,200})\"\s*:|'((?:[^'\\]|\\.){0,200})'\s*:")
+
+
+def names_secret(key: str) -> bool:
+    """A key (`hf_token`, `s3_secret_access_key`, `apiKey`) whose value is a secret; `num_speculative_tokens` or
+    `tokenizer` is not one."""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()) if w]
+    return any(w in SECRET_KEY_WORDS for w in words) or any(p in SECRET_KEY_PAIRS for p in itertools.pairwise(words))
+
+
+def secret_key_in(arg: str) -> str | None:
+    """The first key naming a secret in `arg`: a dict flag's dotted key (`--x.hf_token`), or a key of the JSON value
+    it holds or has glued on (`--x={"hf_token": ...}`, `'{"hf_token": ...}'`); None when it holds none."""
+    if arg.startswith("--"):
+        name, eq, value = arg.partition("=")
+        _base, dot, keys = name.partition(".")
+        if dot and names_secret(keys):
+            return keys
+        if not eq:
+            return None
+        arg = value
+    for match in _JSON_KEY.finditer(arg):
+        key = match.group(1) if match.group(1) is not None else match.group(2)
+        if names_secret(key):
+            return key
+    return None
+
+
+def secret_in_value(arg: str) -> str | None:
+    """Why `arg` is refused for a secret inside a flag's JSON value or dotted key, or None."""
+    key = secret_key_in(arg)
+    if key is None:
+        return None
+    return (
+        f"must not hold a secret in a flag's value (the key {untrusted.shown(key, 80)}): on vLLM's command line it "
+        "would show in `ps` and in t4serve's plan; give it to vLLM through the environment variable its library "
+        "reads (e.g. AWS_SECRET_ACCESS_KEY for S3, HF_TOKEN for the hub)"
+    )
+
+
+def foreign_number(arg: str) -> str | None:
+    """Why `arg` is refused for a number vLLM's parser would read and a person would not (`\u0663`, `1_0`), or None."""
+    value = arg.partition("=")[2] if arg.startswith("-") else arg
+    if not untrusted.python_reads_differently(value):
+        return None
+    return (f"must write numbers in ASCII decimal digits (found {untrusted.shown(value, 40)}: vLLM's parser reads "
+            "other scripts' digits and underscores as a number no one reading it sees)")
+
+
+def is_secret_word(word: str) -> bool:
+    """A secret flag (`is_secret_flag`), or a value that holds a secret key (`secret_key_in`): what redaction looks
+    for in T4SERVE_VLLM_ARGS."""
+    return is_secret_flag(word) or secret_key_in(word) is not None
+
+
 def secret_flag_inside(arg: str) -> str | None:
     """A secret flag inside one quoted argument (`' --api-key KEY'`): vLLM would print it back as an unknown one."""
     if not arg.startswith("-") and untrusted.holds_secret_flag(arg, is_secret_flag):
@@ -157,7 +223,7 @@ def is_secret_flag(flag: str) -> bool:
 
 def redact_vllm_args(raw: str) -> str:
     """T4SERVE_VLLM_ARGS as any message may show it: every value redacted when a secret flag is among the flags."""
-    return untrusted.redact_flags(raw, is_secret_flag)
+    return untrusted.redact_flags(raw, is_secret_word)
 
 
 def vllm_flag_conflict(arg: str) -> str | None:

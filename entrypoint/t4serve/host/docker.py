@@ -122,9 +122,12 @@ def find_compose(docker: str, environ: Mapping[str, str]) -> tuple[str, ...]:
     done = _run_client([docker, "compose", "version"], QUICK_TIMEOUT_S, dict(environ), None)
     if done.returncode == 0:
         return (docker, "compose")
-    answer = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1][:300]
-    plugin_missing = "is not a docker command" in answer or "unknown command" in answer.lower()
-    standalone = shutil.which("docker-compose")
+    output = done.stderr.strip() or done.stdout.strip() or "no output"
+    # Docker 20.10 and 28.2 print "'compose' is not a docker command." above their usage lines: any line says it.
+    plugin_missing = "is not a docker command" in output or "unknown command" in output.lower()
+    answer = next((line for line in output.splitlines() if "is not a docker command" in line
+                   or "unknown command" in line.lower()), output.splitlines()[-1])[:300]
+    standalone = shutil.which("docker-compose", path=environ.get("PATH"))
     if plugin_missing and not environ.get("DOCKER") and standalone:
         return (standalone,)
     configured = f"DOCKER={docker}" if environ.get("DOCKER") else f"`{docker}`"
@@ -152,6 +155,15 @@ def _run_client(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd
     (`cancelled_by`) stops the group, then calls `on_stop` (cleanup of what the client had made the engine start):
     a timeout is an EngineError, a cancellation `Cancelled`."""
     name = argv[0]
+    held = next((arg for arg in argv if "\x00" in arg), None)
+    if held is not None:
+        # Only another client's answer can put a NUL here (output is read with NULs replaced; this is the backstop).
+        raise EngineError(
+            f"cannot run {printable(name)}: an argument holds a NUL byte",
+            found=f"`{printable(' '.join(argv[:3]))} ...` with the argument {printable(held[:80])}",
+            required="arguments without NUL bytes (an answer of the Docker client holds none)",
+            fix="check that DOCKER (or PATH's docker) and the compose client are Docker's own, and run them by hand",
+        )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             process = subprocess.Popen(list(argv), stdout=out, stderr=out if merge else err, env=dict(env), cwd=cwd,
@@ -205,9 +217,11 @@ def _run_client(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd
 
 
 def _tail_text(handle: Any) -> str:
+    """A client's output as text: its last MAX_OUTPUT_BYTES, undecodable bytes and NULs as U+FFFD, so no byte it
+    printed can end an argument of the next command or a string of a message early."""
     size = handle.seek(0, os.SEEK_END)
     handle.seek(max(0, size - MAX_OUTPUT_BYTES))
-    return str(handle.read().decode("utf-8", errors="replace"))
+    return str(handle.read().replace(b"\x00", b"\xef\xbf\xbd").decode("utf-8", errors="replace"))
 
 
 def _shape_error(what: str, argv: Sequence[str], problem: str) -> EngineError:

@@ -66,6 +66,7 @@ class BenchTools(ToolGroup):
         concurrency = concurrency or [1, 4]
         progress = Progress(ctx)
         with self.env.exclusive("run_benchmark", ctx):
+            await progress.say("reading the server's state")
             status = await blocking(progress, "reading the server's state", lambda: read_status(self.env))
             if not status.ready or status.container is None:
                 raise not_ready("run_benchmark", status, "a ready server in a container")
@@ -96,10 +97,12 @@ class BenchTools(ToolGroup):
             ]
             if num_prompts is not None:
                 args += ["--num-prompts", str(num_prompts)]
+            await progress.say("starting t4serve bench in the container")
             started = await blocking(progress, "starting t4serve bench",
                                      lambda: self._ask(container, BenchStartAnswer,
                                                        ["bench", "start", "--json", "--", *args]))  # fmt: skip
         run_id = started.run.run_id
+        await progress.say(f"run {run_id} started; follow it with benchmark_status")
         return BenchStart(run_id=run_id, container=container, output_dir=started.run.folder,
                           poll=f"benchmark_status(run_id={run_id!r})")  # fmt: skip
 

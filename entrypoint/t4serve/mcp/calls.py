@@ -280,6 +280,17 @@ async def in_thread(fn: Callable[[], R]) -> R:
     return await blocking(None, None, fn)
 
 
+# The Docker engine's default socket, as DOCKER_HOST may spell it: the same engine as DOCKER_HOST unset.
+LOCAL_ENGINE_ADDRESSES = ("unix:///var/run/docker.sock", "unix:///run/docker.sock", "unix://var/run/docker.sock")
+
+
+def engine_address(docker_host: str) -> str:
+    """DOCKER_HOST as a deployment's name holds it: "local" for unset or the default socket, else without a trailing
+    slash."""
+    address = docker_host.strip().rstrip("/")
+    return "local" if not address or address in LOCAL_ENGINE_ADDRESSES else address
+
+
 def client_name(ctx: Context | None) -> str:
     """The MCP client as it named itself in `initialize` (name and version), for the lock's holder record."""
     try:
@@ -318,10 +329,12 @@ class ToolEnv:
         return {k: v for k, v in self.environ.items() if k in ("HF_HOME", "HF_HUB_OFFLINE", "XDG_CACHE_HOME")}
 
     def deployment(self) -> str:
-        """The deployment as Docker sees it: the compose project (compose's default: the folder's name, as compose
-        normalises it) on this engine (DOCKER_HOST, else the local one)."""
-        project = self.engine.project or re.sub(r"[^-_a-z0-9]", "", self.engine.project_directory.name.lower())
-        return f"{project}@{self.environ.get('DOCKER_HOST') or 'local'}"
+        """The deployment as compose and Docker see it, so two spellings of one deployment take one lock: the compose
+        project as compose picks it (-p, else COMPOSE_PROJECT_NAME, else the folder's name; normalised as compose
+        does) on this engine (DOCKER_HOST, where the default socket spelled out is the local engine too)."""
+        raw = self.engine.project or self.environ.get("COMPOSE_PROJECT_NAME") or self.engine.project_directory.name
+        project = re.sub(r"[^-_a-z0-9]", "", raw.lower())
+        return f"{project}@{engine_address(self.environ.get('DOCKER_HOST', ''))}"
 
     @contextlib.contextmanager
     def exclusive(self, tool: str, ctx: Context | None) -> Iterator[None]:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -26,10 +27,13 @@ from pathlib import Path
 
 from t4serve.atomic import LockError, open_lock
 from t4serve.errors import EngineError
-from t4serve.untrusted import Untrusted, read_bounded
+from t4serve.untrusted import Untrusted, check_finite, check_int, loads_json, shown
 
 # A holder record is a few hundred bytes; anything longer in the file is not ours.
 MAX_RECORD_BYTES = 4096
+# What a "busy" message quotes of a record's text fields, and the times it can show (1970 to the year 9999).
+MAX_NAME_CHARS = 80
+MAX_SINCE = 253402300799.0
 
 
 class DeploymentBusy(EngineError):
@@ -46,8 +50,11 @@ class Holder:
     since: float
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
-        return f"{self.tool} (pid {self.pid}, client {self.client}) since {when}"
+        """The holder as a message shows it: names escaped and cut, a time only when it is one."""
+        since = self.since if 0 <= self.since <= MAX_SINCE else None  # NaN and out-of-range times fail both tests
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since is not None else "an unknown time"
+        return (f"{shown(self.tool, MAX_NAME_CHARS)} (pid {self.pid}, client {shown(self.client, MAX_NAME_CHARS)}) "
+                f"since {when}")
 
 
 def lock_file(data_dir: Path, deployment: str) -> Path:
@@ -58,14 +65,32 @@ def lock_file(data_dir: Path, deployment: str) -> Path:
 
 
 def read_holder(path: Path) -> Holder | None:
-    """The holder written in the lock file, or None when there is none (a call just beginning or ending)."""
+    """The holder written in the lock file, or None when there is none (a call just beginning or ending) or the file
+    is not a lock file t4serve wrote (a link, not a regular file, a record of the wrong shape)."""
     try:
-        raw = read_bounded(path, MAX_RECORD_BYTES, "the deployment's lock")
-        data = json.loads(raw) if raw else None
-        if not isinstance(data, dict):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return _record(fd)
+    finally:
+        os.close(fd)
+
+
+def _record(fd: int) -> Holder | None:
+    """The holder record of an open lock file: bounded, JSON of bounded depth, each field checked; else None."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return Holder(str(data["tool"]), int(data["pid"]), str(data["client"]), float(data["since"]))
-    except (OSError, Untrusted, ValueError, KeyError, TypeError):
+        raw = os.pread(fd, MAX_RECORD_BYTES + 1, 0)
+        if not raw or len(raw) > MAX_RECORD_BYTES:
+            return None
+        data = loads_json(raw, "the deployment's lock record", max_depth=2)
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("tool", "client")):
+            return None
+        return Holder(data["tool"], check_int(data.get("pid"), "pid", 0, 2**31 - 1), data["client"],
+                      check_finite(data.get("since"), "since", 0.0, MAX_SINCE))
+    except (OSError, Untrusted):
         return None
 
 
@@ -74,7 +99,7 @@ def hold(path: Path, holder: Holder) -> Iterator[None]:
     """Hold the deployment's lock for the block, or raise DeploymentBusy naming who holds it. Never waits."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = open_lock(path, 0o600)
+        fd = open_lock(path, 0o600, private=True)
     except OSError as exc:
         raise EngineError(
             "cannot take the deployment's lock",
@@ -86,15 +111,16 @@ def hold(path: Path, holder: Holder) -> Iterator[None]:
         raise EngineError(
             "cannot take the deployment's lock",
             found=exc.reason,
-            required="a regular file t4serve mcp creates, or none, at the lock's path, in a writable data folder",
+            required="a regular file t4serve mcp creates, or none, at the lock's path, in a folder of this user's "
+            "that no one else can write",
             fix=f"remove {path} (no call holds it then: state-changing tools make it again), or point "
-            "T4SERVE_MCP_DATA_DIR at a writable folder",
+            "T4SERVE_MCP_DATA_DIR at a folder of your own (mode 0700)",
         ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            other = read_holder(path)
+            other = _record(fd)
             raise DeploymentBusy(
                 f"{holder.tool}: busy: "
                 + (f"{other.describe()} is changing this deployment" if other else "another call is changing it"),

@@ -7,14 +7,17 @@ benchtools) are listed in TOOL_GROUPS in the order a deployment goes through, an
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import ConfigDict
+from pydantic import ConfigDict, ValidationError
 
 from t4serve import __version__
 from t4serve.errors import ConfigError
@@ -24,6 +27,7 @@ from t4serve.mcp.calls import ToolEnv, ToolGroup
 from t4serve.mcp.checktools import CheckTools
 from t4serve.mcp.registry import ToolSpec
 from t4serve.mcp.servertools import ServerTools
+from t4serve.untrusted import shown
 
 # Every group of tools, in the order a deployment goes through them; each tool is one of their methods, marked @tool.
 TOOL_GROUPS: tuple[type[ToolGroup], ...] = (CheckTools, ServerTools, BenchTools)
@@ -128,8 +132,40 @@ def strict_arguments(server: MCPServer) -> None:
     fail if it moves)."""
     for tool in server._tool_manager.list_tools():
         lax = tool.fn_metadata.arg_model
-        config = ConfigDict(arbitrary_types_allowed=True, strict=True)
+        # extra="forbid": an argument of another name ({"gpu": 1} for gpu_device) is refused, never dropped silently.
+        config = ConfigDict(arbitrary_types_allowed=True, strict=True, extra="forbid")
         tool.fn_metadata.arg_model = type(lax.__name__, (lax,), {"model_config": config, "__module__": __name__})
+        object.__setattr__(tool, "run", _explained(tool.name, tool.run, sorted(lax.model_fields)))
+
+
+def _explained(name: str, run: Callable[..., Awaitable[Any]], names: list[str]) -> Callable[..., Awaitable[Any]]:
+    """`run` of one tool, its argument errors (pydantic's text) rewritten as what was found, what is required and the
+    fix, each quoted value cut (untrusted.shown)."""
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await run(*args, **kwargs)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            found = []
+            for error in cause.errors()[:10]:
+                where = ".".join(str(part) for part in error["loc"]) or "the arguments"
+                given = shown(json.dumps(error.get("input"), default=str)[:400], 80)
+                if error["type"] == "extra_forbidden":
+                    found.append(f"{shown(where, 80)}: not an argument of {name} (given {given})")
+                else:
+                    found.append(f"{shown(where, 80)}: {error['msg']} (given {given})")
+            raise ToolError(ConfigError(
+                f"{name}: invalid arguments",
+                found="; ".join(found),
+                required=f"the arguments of {name}'s input schema, as JSON types (an integer as a JSON integer, text "
+                f"as a string); its arguments: {', '.join(names) or 'none'}",
+                fix="call it again with those names and types (tools/list shows its schema)",
+            ).message()) from None
+
+    return wrapper
 
 
 def default_data_dir(environ: Mapping[str, str]) -> Path:

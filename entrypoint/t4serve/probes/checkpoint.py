@@ -64,9 +64,17 @@ PARTS = (PART_TEXT_DECODER, PART_EMBEDDING, PART_OUTPUT_LAYER, PART_PER_LAYER_EM
 
 # A safetensors header above this is not a header (the format caps it at 100 MB).
 MAX_HEADER_BYTES = 100 * 1000 * 1000
-# config.json of a multimodal model is tens of KB; an index lists a few thousand tensors.
+# config.json of a multimodal model is tens of KB; an index lists a few thousand tensors (80 B each).
 MAX_CONFIG_BYTES = 4 * 1000 * 1000
-MAX_INDEX_BYTES = 64 * 1000 * 1000
+MAX_INDEX_BYTES = 16 * 1000 * 1000
+# Bounds on the work across one checkpoint's files, not only per file, so `plan` answers within seconds whatever the
+# files hold: Gemma 4 E2B has about 2,000 tensors in one file, the largest open MoE checkpoints about 100,000 in 163
+# shards (far past any GPU t4serve plans for; a GPTQ MoE of 30B parameters, about 75,000), their headers about 100 B
+# a tensor. Each tensor costs the probe tens of microseconds, each header byte tens of nanoseconds: 50,000 tensors
+# and 32 MB of headers keep `plan` within 10 s on a loaded 2-core machine (scripts/bench-hostile-plan prints it).
+MAX_TENSORS = 50_000
+MAX_SHARDS = 1000
+MAX_TOTAL_HEADER_BYTES = 32 * 1000 * 1000
 # Bits per element of every safetensors dtype (safetensors' Dtype enum); any other dtype is refused.
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
@@ -97,10 +105,37 @@ class CheckpointError(Exception):
     """A checkpoint file that cannot be read; `probe_model` turns it into an "invalid" fact."""
 
 
-def read_safetensors_header(path: Path) -> dict[str, Any]:
+class Budget:
+    """What is left of one checkpoint's bounds on work (MAX_TENSORS, MAX_TOTAL_HEADER_BYTES) as its files are read."""
+
+    def __init__(self) -> None:
+        self.tensors = MAX_TENSORS
+        self.header_bytes = MAX_TOTAL_HEADER_BYTES
+
+    def take_bytes(self, path: Path, length: int) -> None:
+        if length > self.header_bytes:
+            raise CheckpointError(
+                f"{path}: its header of {length:,} bytes passes the {MAX_TOTAL_HEADER_BYTES:,} bytes of headers "
+                "t4serve reads for one checkpoint (all files together)"
+            )
+        self.header_bytes -= length
+
+    def take_tensors(self, path: Path | str, count: int, what: str = "tensors") -> None:
+        if count > self.tensors:
+            raise CheckpointError(
+                f"{path}: {what} pass the {MAX_TENSORS:,} tensors t4serve reads for one checkpoint (all files "
+                f"together; {MAX_TENSORS - self.tensors:,} before this file)"
+            )
+        self.tensors -= count
+
+
+def read_safetensors_header(path: Path, budget: Budget | None = None) -> dict[str, Any]:
     """The JSON header of one safetensors file (8-byte little-endian length, then JSON), checked against its size:
     every entry's dtype known, its bytes dtype x shape, the tensors tiling the data region exactly (no overlap, no
-    hole, nothing past the end), as the safetensors library itself requires."""
+    hole, nothing past the end), as the safetensors library itself requires. `budget` bounds the header bytes and
+    tensors of the whole checkpoint: counted before the JSON is parsed (each entry is an object, so the header's `{`
+    bound its tensors), so a file past it costs a byte count, not a parse."""
+    budget = budget or Budget()
     try:
         # Non-blocking and regular files only: a FIFO named *.safetensors must not hold the probe in open().
         with open_regular(path, "the safetensors file") as f:
@@ -114,7 +149,9 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
                     f"{path}: header length {length:,} does not fit the file ({size:,} bytes): "
                     "truncated or not safetensors"
                 )
+            budget.take_bytes(path, length)
             raw = f.read(length)
+            budget.take_tensors(path, raw.count(b"{") - 1, "its tensors (counting the objects of its header)")
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except Untrusted as exc:
@@ -358,6 +395,9 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict) or not weight_map:
                 return _invalid(requested, directory, f"{index_path}: no weight_map")
+            if len(weight_map) > MAX_TENSORS:
+                return _invalid(requested, directory, f"{index_path}: {len(weight_map):,} tensors in its weight_map, "
+                                f"more than the {MAX_TENSORS:,} t4serve reads for one checkpoint")
             names = {check_relative_name(f, f"a file in {index_path.name}'s weight_map") for f in weight_map.values()}
             files = sorted(directory / name for name in names)
         else:
@@ -373,12 +413,16 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
         return _invalid(
             requested, directory, f"{directory}: no *.safetensors files (only safetensors checkpoints are read)"
         )
+    if len(files) > MAX_SHARDS:
+        return _invalid(requested, directory, f"{directory}: {len(files):,} safetensors files, more than the "
+                        f"{MAX_SHARDS:,} t4serve reads for one checkpoint")
     entries: dict[str, dict[str, Any]] = {}
+    budget = Budget()
     for path in files:
         if not path.is_file():
             return _invalid(requested, directory, f"{path}: listed in {index_path.name} but missing")
         try:
-            header = read_safetensors_header(path)
+            header = read_safetensors_header(path, budget)
         except CheckpointError as exc:
             return _invalid(requested, directory, str(exc))
         entries.update({k: v for k, v in header.items() if k != "__metadata__"})

@@ -398,20 +398,21 @@ with open(value("--result-dir") + "/" + name, "w") as f:
 
 @pytest.mark.parametrize("kind", ["per-run", "sweep"])
 def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(
-    tmp_path: Path, standin_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, standin_url: str, kind: str
 ) -> None:
     from t4serve.bench.results import read_runs
     from t4serve.bench.runner import Interrupted
 
     client = client_script(tmp_path, INTERRUPTING_CLIENT)
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, INTERRUPTING_CLIENT)))
+    # The sweep's client runs in bench's environ: the stand-in for vLLM's benchmark on its PYTHONPATH.
+    environ = {"PYTHONPATH": str(client_package(tmp_path, INTERRUPTING_CLIENT))}
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
                         vllm=str(client), client=kind, cell_timeout_s=60)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as caught:
-        run_bench(opts, environ={}, stream=io.StringIO())
+        run_bench(opts, environ=environ, stream=io.StringIO())
     assert caught.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before  # the sweep's handler is gone again
     runs_file = read_runs(out)
@@ -485,20 +486,18 @@ def two_standins() -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
     return {"A": first, "B": second}, [a, b]
 
 
-def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(tmp_path: Path) -> None:
     """--base-url: each cell's repeat a pair, back to back, A B then B A; the sweep's one client process (vLLM's
     import paid once, by the first run, a warm-up here) runs every run; each run's start and end are recorded, and
     the split (start-up against measured time) printed and reported."""
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT, import_s=0.5)))
+    environ = {"PYTHONPATH": str(client_package(tmp_path, FAKE_CLIENT, import_s=0.5))}
     urls, procs = two_standins()
     try:
         out = tmp_path / "result"
         opts = BenchOptions(["A", "B"], [32], [1, 4], 3, 8, out, base_urls=urls, tokenizers={"A": "t", "B": "t"},
                             ceilings={"A": 100.0, "B": 100.0}, warmup_run=True)  # fmt: skip
         stream = io.StringIO()
-        bench_to_the_end(opts, {}, stream)
+        bench_to_the_end(opts, environ, stream)
     finally:
         for proc in procs:
             proc.terminate()
@@ -538,16 +537,16 @@ def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(
 
 
 def test_a_run_past_its_timeout_stops_the_sweeps_client_and_the_next_run_starts_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+    tmp_path: Path, standin_url: str
 ) -> None:
     sleepy = FAKE_CLIENT.replace("c = int(", "import time\nif seed % 10 == 1 and int(value('--max-concurrency')) == 2:"
                                  "\n    time.sleep(60)\nc = int(", 1)
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, sleepy)))
+    environ = {"PYTHONPATH": str(client_package(tmp_path, sleepy))}
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1, 2, 4], 1, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
                         ceilings={"qat": 100.0}, cell_timeout_s=3)  # fmt: skip
     began = time.monotonic()
-    bench_to_the_end(opts, {}, io.StringIO())
+    bench_to_the_end(opts, environ, io.StringIO())
     assert time.monotonic() - began < 30
     runs = read_runs(out).runs
     assert [r.error is None for r in runs] == [True, False, True]
@@ -559,13 +558,12 @@ def test_a_run_past_its_timeout_stops_the_sweeps_client_and_the_next_run_starts_
 
 
 def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_fix_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+    tmp_path: Path, standin_url: str
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nothing-here"))
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1, 2], 2, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
                         ceilings={"qat": 100.0})  # fmt: skip
-    bench_to_the_end(opts, {}, io.StringIO())
+    bench_to_the_end(opts, {"PYTHONPATH": str(tmp_path / "nothing-here")}, io.StringIO())
     runs = read_runs(out).runs
     assert len(runs) == 4 and all(r.figures is None for r in runs)
     error = runs[0].error or ""
@@ -577,11 +575,10 @@ def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_f
     assert [bool(r.timing and r.timing.client_start_s) for r in runs] == [True, False, False, False]
 
 
-def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path) -> None:
     """No --base-url, two models: the real `t4serve serve` per model, one at a time; round 1 A then B, round 2 B
     (still running) then A: three starts for two repeats, each server stopped before the next one starts."""
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT)))
-    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn")
+    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn", PYTHONPATH=str(client_package(tmp_path, FAKE_CLIENT)))
     out = tmp_path / "result"
     opts = BenchOptions(["qat", "bf16"], [32], [1], 2, 8, out, tokenizers={"qat": "t", "bf16": "t"},
                         ceilings={"qat": 100.0, "bf16": 50.0}, ready_timeout_s=90, num_prompts=4)  # fmt: skip

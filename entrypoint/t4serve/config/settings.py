@@ -64,6 +64,8 @@ DTYPES = ("auto", "float16", "bfloat16", "float32")
 _BF16 = format_capability(BF16_MIN_CAPABILITY)
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
 _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
+# T4SERVE_KV_CACHE_DTYPE: t4serve.planning.vllmchecks maps each to vLLM's --kv-cache-dtype for the card.
+KV_CACHE_DTYPES = ("auto", "int8", "int4", "fp8")
 PREFLIGHT_MODES = ("strict", "warn")
 CONFIG_ERROR_MODES = ("exit", "wait")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -266,6 +268,14 @@ VARIABLES: tuple[Variable, ...] = (
         choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
     ),
     Variable(
+        "T4SERVE_KV_CACHE_DTYPE", "kv_cache_dtype", "auto", "auto",
+        "KV cache entries: `auto` in the model dtype (16-bit); `int8` and `int4` (vLLM's `int8_per_token_head` and "
+        "`int4_per_token_head`: a float32 scale per token and head, computed at run time; run by vLLM's Triton "
+        "attention, on a T4 too) hold about 1.5x and 3x the tokens of Gemma 4 E2B's 16-bit cache; `fp8` needs "
+        "compute capability 8.9 (refused below it in vLLM's words). The KV figures are sized for it.",
+        choice(KV_CACHE_DTYPES), "int8", "--kv-cache-dtype",
+    ),
+    Variable(
         "T4SERVE_COMPILE", "compile", "auto", "auto",
         "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
         "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
@@ -362,6 +372,7 @@ class Settings:
     gpu_memory_utilization: float
     kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
+    kv_cache_dtype: str
     compile: str
     preflight: str
     on_config_error: str

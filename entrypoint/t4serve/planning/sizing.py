@@ -53,6 +53,8 @@ class SizingInputs:
     kv_flags: KVFlags = field(default_factory=KVFlags)
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
     allow_long_max_model_len: bool = False
+    # vLLM's --kv-cache-dtype (planning.kvcache.KV_CACHE_DTYPE_LAYOUTS): "auto" is the model dtype.
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,8 @@ class _Shape:
                                  max_num_batched_tokens=self.batched_for(length),
                                  async_scheduling=self.flags.async_scheduling,
                                  block_size=self.flags.planned_block_size,
-                                 hybrid_kv_cache_manager=self.flags.hybrid_kv_cache_manager)
+                                 hybrid_kv_cache_manager=self.flags.hybrid_kv_cache_manager,
+                                 cache_dtype=self.inputs.kv_cache_dtype)
 
     def seqs_cap(self, batched: int) -> int:
         """vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len)."""

@@ -374,7 +374,8 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     argv += ["--served-model-name", settings.served_model_name]
     argv += ["--dtype", dtype]
     # The KV figures are sized for this cache dtype, and t4serve serves a single GPU.
-    argv += ["--kv-cache-dtype", vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype], "--tensor-parallel-size", "1"]
+    argv += ["--kv-cache-dtype", vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype]]
+    argv += ["--tensor-parallel-size", "1"]
     argv += ["--gpu-memory-utilization", _float(card.utilization)]
     argv += _sized_flags(settings, sizing)
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]

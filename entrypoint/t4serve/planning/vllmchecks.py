@@ -8,7 +8,6 @@ Each refusal quotes vLLM's own message (the file it comes from is named beside i
 
 from __future__ import annotations
 
-from t4serve.config.settings import KV_CACHE_DTYPES
 from t4serve.errors import ConfigError
 from t4serve.facts import ModelFacts
 from t4serve.gpus import format_capability

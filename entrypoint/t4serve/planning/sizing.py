@@ -18,8 +18,7 @@ from t4serve.gpus import BatchDefaults, vllm_batch_defaults
 from t4serve.planning import hostmem, kvcache
 from t4serve.planning.derived import Derived
 from t4serve.planning.roofline import roofline
-from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
-from t4serve.probes.hfconfig import SIZING_FIELDS
+from t4serve.probes.checkpoint import CONFIG_READ_BY, PART_KV_SHARED_DROPPED
 from t4serve.units import GIB
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
@@ -256,19 +255,9 @@ def check_max_model_len_within_the_model(text: dict[str, object], max_model_len:
 
 
 def config_reading_notes(model: ModelFacts) -> list[str]:
-    """How the text config the figures rest on was read: by vLLM's reader, or as written and what that leaves out."""
+    """How the text config the figures rest on was read: transformers' defaults by t4serve's table, or vLLM's reader."""
     read_by = model.config.get(CONFIG_READ_BY)
-    unresolved = model.config.get(CONFIG_UNRESOLVED)
-    if isinstance(read_by, str):
-        return [f"model config read as vLLM reads it: {read_by}"]
-    if not isinstance(unresolved, dict):
-        return []
-    fields = [f for f in unresolved.get("fields") or [] if f in SIZING_FIELDS]
-    head = f"model config: config.json as written ({unresolved.get('why')})"
-    if not fields:
-        return [head + "; it sets every field the sizing reads"]
-    return [head + "; not set there, so taken as t4serve's fallbacks where the model's config class may default them "
-            "otherwise: " + "; ".join(f"{f} ({SIZING_FIELDS[f]})" for f in fields)]
+    return [f"model config read as vLLM reads it: {read_by}"] if isinstance(read_by, str) else []
 
 
 def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:

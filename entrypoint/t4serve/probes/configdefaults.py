@@ -1,4 +1,4 @@
-"""transformers' config-class defaults for the families vLLM serves, applied to a config.json without importing anything.
+"""transformers' config-class defaults for the families vLLM serves, applied to a config.json with no import.
 
 vLLM plans from transformers' config class: the class's defaults fill what config.json leaves out, then the class's
 `__post_init__` derives fields (Gemma 3's layer types from its 5:1 pattern, Qwen's window dropped unless

@@ -10,6 +10,7 @@ pairs, the child environment, the client key) and vllmflags (the `vllm serve` fl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -532,3 +533,18 @@ def markdown_table() -> str:
         doc = var.doc.replace("|", "\\|")
         lines.append(f"| `{var.name}` | {flag} | {var.default_doc} | {doc} |")
     return "\n".join(lines) + "\n"
+
+
+def with_model(settings: Settings, raw: str, environ: Mapping[str, str] | None = None) -> Settings:
+    """`settings` with T4SERVE_MODEL set to `raw` (checked by the row's own parser; a ConfigError names it), its served
+    name following the model unless one was set. `t4serve profiles` plans several checkpoints under one setting."""
+    var = VARIABLES_BY_NAME["T4SERVE_MODEL"]
+    ctx = Context(dict(os.environ if environ is None else environ), Path.cwd())
+    try:
+        model: ModelChoice = var.parse(checked_text(var, raw), ctx)
+    except Invalid as exc:
+        raise setting_error(var, raw, "flag", exc.reason, exc.example, exc.fix, None, exc.shown) from None
+    served = settings.served_model_name
+    if settings.origins.get("T4SERVE_SERVED_MODEL_NAME", "default") == "default":
+        served = model.repo_id or Path(model.target).name
+    return dataclasses.replace(settings, model=model, served_model_name=served)

@@ -189,9 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     if kinds[0] != "auto" or not set(kinds) <= set(KINDS):
         print(f"--kinds: auto first, then any of {', '.join(KINDS[1:])}", file=sys.stderr)
         return 2
-    from realserve import Server, vllm_version, write_json
-
     from e2b_checkpoint import write_checkpoint  # type: ignore[import-not-found]
+    from realserve import Server, vllm_version, write_json
 
     out, work = args.out, args.work
     out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import pytest
 from e2b_checkpoint import write_safetensors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-import kv_quant_host as kq  # noqa: E402
+import kv_quant_host as kq
 
 
 def tensor(path: Path, name: str) -> tuple[str, bytes]:
@@ -75,7 +75,8 @@ def test_prompt_logprobs_as_vllm_returns_them() -> None:
 
 
 def test_kv_figures_compare_logged_with_planned() -> None:
-    state = {"figures": {"kv_tokens": {"value": 5}, "max_concurrency": {"value": 1.5}, "model_memory_gib": {"value": 9}},
+    state = {"figures": {"kv_tokens": {"value": 5}, "max_concurrency": {"value": 1.5},
+                         "model_memory_gib": {"value": 9}},
              "predictions": {"kv_tokens": {"value": 5}, "max_concurrency": {"value": 1.4},
                              "model_memory_gib": {"value": 8}}}
     # Only the KV figures, which the plan states exactly; memory is a prediction.

@@ -280,8 +280,8 @@ class CheckTools(ToolGroup):
         """What runs on this GPU and host, what does not and why, per checkpoint, KV cache dtype and length.
 
         qat, bf16 and `model`, each at KV cache dtype auto, int8, int4 and fp8 and at 4k, 16k, 32k and the model's
-        maximum length. Every figure is the plan's own (KV tokens, concurrency, weight memory, host memory and swap, decode ceiling);
-        the same as `t4serve profiles`. Changes nothing."""
+        maximum length. Every figure is the plan's own (KV tokens, concurrency, weight memory, host memory and swap,
+        decode ceiling); the same as `t4serve profiles`. Changes nothing."""
         from t4serve.config.settings import with_model
         from t4serve.pipeline import ensure_model, with_known_gpu
         from t4serve.planning.profiles import profiles, summary

@@ -93,3 +93,14 @@ def test_quantization_dtypes_are_vllms() -> None:
         "torch.float16 is not supported for quantization method gpt_oss_mxfp4. Supported dtypes: [torch.bfloat16]")
     assert vllmchecks.quantization_refusal(facts.model, "bfloat16", (8, 0)) is None
     assert vllmchecks.quantization_refusal(model(), "float16", (7, 5)) is None  # compressed-tensors from 7.0
+
+
+def test_quantized_caches_run_on_triton() -> None:
+    p = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_KV_CACHE_DTYPE="int8")
+    assert flag(p.argv, "--attention-backend") == "TRITON_ATTN" and p.attention_backend == "TRITON_ATTN"
+    auto = plan_for(with_known_gpu(t4(), "h100"))
+    assert "--attention-backend" not in auto.argv
+    other = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_KV_CACHE_DTYPE="fp8",
+                     T4SERVE_VLLM_ARGS="--attention-backend FLASH_ATTN")
+    assert other.sizing is None and other.sizing_error is not None
+    assert "drop --attention-backend" in other.sizing_error

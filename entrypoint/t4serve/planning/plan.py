@@ -351,10 +351,15 @@ def _sized_flags(settings: Settings, sizing: Sizing | None) -> list[str]:
 
 def _attention_flags(settings: Settings, card: KnownGpu | None) -> tuple[list[str], str | None]:
     """`--attention-backend` where t4serve sets it, and the backend the server runs: the user's (T4SERVE_VLLM_ARGS),
-    Triton for a card below FlashAttention's capability it is sized as, else vLLM's choice (None)."""
+    Triton for a card below FlashAttention's capability it is sized as or for a quantized KV cache, else vLLM's
+    choice (None)."""
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
+        return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
+    if settings.kv_cache_dtype != "auto" and backend is None:
+        # The quantized caches are sized as vLLM's Triton backend lays them out (the only one running the
+        # per-token-head types; FlashAttention's fp8 picks its own blocks on 9.x).
         return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
     return [], backend
 
@@ -457,7 +462,8 @@ def _size(
     gpu_name = card.name if card is not None else gpu.name
     try:
         # vLLM refuses these before it plans: the plan refuses them first, in vLLM's words.
-        vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability)
+        vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability,
+                                         attention_backend(settings.vllm_args))
         vllmchecks.check_quantization(model, dtype, gpu_name, gpu.compute_capability)
     except T4ServeError as exc:
         return None, exc.message()

@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                         entry["bench_command"] = cmd
                         entry["bench_exit"] = subprocess.run(cmd, env=server.environment(), timeout=3600).returncode
                 record["servers"][kind] = entry
+                write_json(out / "kv-quant.json", record)  # after each server: a hold cut short keeps the rest
             finally:
                 server.kill()
                 if server.log_path.exists():

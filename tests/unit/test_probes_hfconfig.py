@@ -135,3 +135,10 @@ def test_plain_copies_keep_json_values_and_drop_objects() -> None:
         "a": 1, "b": [2.5, "x", True, None], "c": [1, 2]}
     assert hfconfig._plain(object()) is None
     assert hfconfig._plain({"a": object(), "b": [object(), 3]}) == {"a": None, "b": [None, 3]}
+
+
+def test_a_config_its_class_rules_cannot_use_is_refused_with_the_reason(tmp_path: Path) -> None:
+    bad = dict(SPARSE_LLAMA, model_type="qwen2", num_hidden_layers=None, use_sliding_window=True, sliding_window=64)
+    facts = probe_model(str(checkpoint(tmp_path / "bad", bad)), hf_home=str(tmp_path), offline=True)
+    assert facts.source == "invalid" and facts.error is not None
+    assert "model type qwen2: its config class cannot be built from config.json" in facts.error

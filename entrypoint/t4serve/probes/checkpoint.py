@@ -332,7 +332,14 @@ def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Pa
     """
     written = written_text(config)
     model_type = configdefaults.text_model_type(config, written)
-    filled = configdefaults.fill(model_type, written)
+    try:
+        filled = configdefaults.fill(model_type, written)
+    except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+        # A field the class's rules compute with is of the wrong kind (null layers, a text pattern): transformers
+        # would refuse the config too.
+        return (f"model type {model_type}: its config class cannot be built from config.json "
+                f"({type(exc).__name__}: {str(exc)[:200]}); check num_hidden_layers, sliding_window and the fields "
+                "the layer types are derived from")
     if filled is not None:
         kept["text"] = without_unset(filled)
         kept[CONFIG_READ_BY] = f"{configdefaults.read_by()} ({model_type})"

@@ -221,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
                     entry["log_tail"] = server.log()[-6000:]
                 else:
                     measured[kind] = measure(server.base_url, f"kv-{kind}")
+                    if kind != "auto" and "auto" in measured:  # compared at once: a hold cut short keeps it
+                        record.setdefault("numerics", {})[kind] = {
+                            **compare(measured["auto"]["logprobs"], measured[kind]["logprobs"]),
+                            "greedy": greedy_agreement(measured["auto"]["greedy"], measured[kind]["greedy"])}
                     if args.bench:
                         cmd = ["t4serve", "bench", "--models", f"kv-{kind}", "--base-url",
                                f"kv-{kind}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",

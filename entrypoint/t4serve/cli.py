@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "preflight": "preflight",
     "probe": "probe",
+    "profiles": "profiles",
     "roofline": "roofline",
     "serve": "serve",
     "status": "status",

@@ -22,6 +22,10 @@
 #              10 x c requests a run where the estimate fits the hold; see tests/gpu/bench_host.py and
 #              tests/gpu/bench_estimate.py, which prints the estimate on any machine)
 #   bench-published, bench-t4serve   one of the two servers
+#   kv-quant   tests/gpu/kv_quant_host.py: bf16 E2B with seeded random weights sized as a T4, served with
+#              T4SERVE_KV_CACHE_DTYPE auto, int8, int4: vLLM's KV figures against the plan's, top-1 agreement and the
+#              largest log-probability difference against the 16-bit cache; T4SERVE_GPU_KV_ARGS adds its options
+#              (--bench: throughput at 4096 tokens x 16 streams per dtype; --kinds auto,int8)
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -81,5 +85,7 @@ case $step in
   # shellcheck disable=SC2086
   bench-published|bench-t4serve) python3 tests/gpu/bench_host.py "$out/$step" "$work" --servers "${step#bench-}" \
       ${T4SERVE_GPU_BENCH_ARGS:-} ;;
+  # shellcheck disable=SC2086
+  kv-quant) python3 tests/gpu/kv_quant_host.py "$out/kv-quant" "$work" ${T4SERVE_GPU_KV_ARGS:-} ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

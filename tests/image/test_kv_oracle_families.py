@@ -9,6 +9,7 @@ tests/unit/e2b_checkpoint.py (Gemma 4 E2B)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -73,6 +74,30 @@ def cases() -> list[dict[str, Any]]:
     case("e2b", "l4", "default")
     case("mistral", "l4", "default")
     case("e2b", "h200", "ngram-gpu", T4SERVE_VLLM_ARGS="--spec-method ngram_gpu --spec-tokens 3")
+    # The quantized KV caches (T4SERVE_KV_CACHE_DTYPE): vLLM's per-token-head int8 and int4 on every card, sized by the
+    # plan as vLLM's planner lays them out (Gemma 4's padded sliding pages), at several lengths and on several GPUs;
+    # fp8 from capability 8.9 only.
+    for family in ("e2b", "gemma3", "gemma3_1b", "qwen3", "mistral", "phi4mini"):
+        for kv in ("int8", "int4"):
+            case(family, "t4", f"kv-{kv}", T4SERVE_KV_CACHE_DTYPE=kv)
+            case(family, "t4", f"kv-{kv}-len4096", T4SERVE_KV_CACHE_DTYPE=kv, T4SERVE_MAX_MODEL_LEN="4096")
+    for length in ("1000", "32768", "131072"):
+        case("e2b", "t4", f"kv-int8-len{length}", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_MAX_MODEL_LEN=length)
+        case("e2b", "t4", f"kv-int4-len{length}", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN=length)
+    case("e2b", "t4", "kv-int8-no-async", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_VLLM_ARGS="--no-async-scheduling")
+    case("e2b", "t4", "kv-int4-hybrid-off", T4SERVE_KV_CACHE_DTYPE="int4",
+         T4SERVE_VLLM_ARGS="--disable-hybrid-kv-cache-manager")
+    case("e2b", "t4", "kv-int8-block32", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_VLLM_ARGS="--block-size 32")
+    case("e2b", "t4", "kv-int4-pool-too-small", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN="131072",
+         T4SERVE_KV_CACHE_MEMORY_BYTES=str(64 * 1024**2))
+    for gpu in ("l4", "a100", "h100"):
+        case("e2b", gpu, "kv-int8", T4SERVE_KV_CACHE_DTYPE="int8")
+        case("qwen3", gpu, "kv-int4", T4SERVE_KV_CACHE_DTYPE="int4")
+    for gpu in ("t4", "l4", "h100"):
+        case("e2b", gpu, "kv-fp8", T4SERVE_KV_CACHE_DTYPE="fp8")
+        case("qwen3", gpu, "kv-fp8", T4SERVE_KV_CACHE_DTYPE="fp8")
+    # gpt-oss's mxfp4 needs capability 8.0 (vLLM refuses it on a T4), and bfloat16.
+    out.append({"id": "gptoss/t4/default", "model": "/fam/gptoss", "gpu": "t4", "env": {}})
     case("llama3", "t4", "ngram-gpu",
          T4SERVE_VLLM_ARGS="--speculative-config '{\"method\": \"ngram_gpu\", \"num_speculative_tokens\": 3}'")
     return out
@@ -84,6 +109,7 @@ def oracle(docker_bin: str, image_ref: str, tmp_path_factory: pytest.TempPathFac
     for family in FAMILIES:
         write_family(root / family, family)
     load_e2b_checkpoint().write_checkpoint(root / "e2b", kind="bf16")
+    write_gpt_oss(root / "gptoss")
     spec = {
         "cases": cases(),
         "batch_defaults": [{"key": g.key, "name": g.name, "capability": list(g.compute_capability),
@@ -101,6 +127,30 @@ def oracle(docker_bin: str, image_ref: str, tmp_path_factory: pytest.TempPathFac
     data: dict[str, Any] = json.loads(done.stdout)
     assert data["vllm_version"] == "0.33.0", data["vllm_version"]
     return data
+
+
+# openai/gpt-oss-20b's config.json, less fields no planner reads; one tensor header (vLLM's engine config reads no
+# weights, t4serve's probe needs a safetensors file).
+GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880, "head_dim": 64,
+    "intermediate_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 24,
+    "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128, "vocab_size": 201088,
+    "max_position_embeddings": 131072, "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                     "original_max_position_embeddings": 4096},
+    "quantization_config": {"quant_method": "mxfp4",
+                            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"]},
+    "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+}
+
+
+def write_gpt_oss(directory: Any) -> None:
+    from e2b_checkpoint import write_safetensors
+
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(GPT_OSS_20B))
+    write_safetensors(directory / "model.safetensors", [("model.embed_tokens.weight", "BF16", [201088, 2880])])
 
 
 def by_id(oracle: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -123,8 +173,9 @@ def test_plan_equals_vllm(oracle: dict[str, Any], case_id: str) -> None:
     entry = by_id(oracle)[case_id]
     assert "error" not in entry, entry.get("traceback", entry.get("error"))
     ours, theirs = entry["t4serve"], entry["vllm"]
-    # The config the figures rest on was read through vLLM's own reader, defaults included.
-    assert ours["config_read_by"] is not None and ours["config_read_by"].startswith("vLLM 0.33.0 get_config")
+    # The config the figures rest on was read with transformers' defaults (t4serve's table, checked against vLLM's
+    # reader below) or by vLLM's own reader.
+    assert ours["config_read_by"] is not None
     if ours["sizing_error"] is not None:
         # t4serve refuses: vLLM refuses the same argv, at its checks or when planning the pool.
         assert "no GPU memory is left" not in ours["sizing_error"], ours["sizing_error"]
@@ -197,3 +248,45 @@ def test_the_flags_moved_what_they_should(oracle: dict[str, Any]) -> None:
     # An A100 keeps vLLM's small batch by name; an H100 gets 8192.
     assert cases_by_id["qwen3/a100/default"]["vllm"]["max_num_batched_tokens"] == 2048
     assert cases_by_id["qwen3/h100/default"]["vllm"]["max_num_batched_tokens"] == 8192
+
+
+@pytest.mark.parametrize("family", ALL)
+def test_t4serves_table_reads_each_config_as_vllms_reader(oracle: dict[str, Any], family: str) -> None:
+    """The text config t4serve probed without importing anything (transformers' defaults and rules from its table)
+    is, as the sizing reads it, the one vLLM's `get_config` builds from the same config.json."""
+    reading = oracle["configs"][f"/fam/{family}"]
+    assert "error" not in reading, reading
+    assert reading["t4serve_read_by"].startswith("t4serve's table of transformers 5.20.2"), reading["t4serve_read_by"]
+    assert reading["vllm_read_by"].startswith("vLLM 0.33.0 get_config")
+    assert reading["t4serve"] == reading["vllm"]
+
+
+def test_the_kv_cache_dtypes_reached_vllm(oracle: dict[str, Any]) -> None:
+    """int8 and int4 are vLLM's per-token-head caches on the Triton backend, wherever vLLM would pick another; fp8 is
+    refused below 8.9 by both, in vLLM's words, and planned from 8.9."""
+    cases_by_id = by_id(oracle)
+    for case_id, entry in cases_by_id.items():
+        kv = entry["t4serve"].get("argv", [])
+        if "kv-int" in case_id:
+            assert entry["vllm"]["attention_backends"] == ["TRITON_ATTN"], case_id
+            assert kv[kv.index("--kv-cache-dtype") + 1].endswith("_per_token_head"), case_id
+    e2b, int8, int4 = (cases_by_id[f"e2b/t4/{n}"]["t4serve"] for n in ("default", "kv-int8", "kv-int4"))
+    # Gemma 4 E2B at 16,384 tokens on a T4: about 1.5x and 3x the 16-bit cache's tokens.
+    assert 1.3 < int8["kv_tokens"] / e2b["kv_tokens"] < 1.7 and 2.5 < int4["kv_tokens"] / e2b["kv_tokens"] < 3.2
+    for family in ("e2b", "qwen3"):
+        refused = cases_by_id[f"{family}/t4/kv-fp8"]
+        assert "native FP8 (fp8e4nv) requires SM89+" in refused["t4serve"]["sizing_error"]
+        assert "native FP8 (fp8e4nv) requires SM89+" in refused["vllm"]["refused"]
+        said = refused["vllm"]["refused"].split("ValueError: ", 1)[1]
+        assert said in refused["t4serve"]["sizing_error"].replace("\n", " ")
+        assert cases_by_id[f"{family}/l4/kv-fp8"]["t4serve"]["sizing_error"] is None
+
+
+def test_gpt_oss_mxfp4_is_refused_on_a_t4_in_vllms_words(oracle: dict[str, Any]) -> None:
+    entry = by_id(oracle)["gptoss/t4/default"]
+    # vLLM's refusal comes wrapped in pydantic's ValidationError ("Value error, MESSAGE [type=...").
+    found = re.search(r"The quantization method \S+ is not supported for the current GPU\. Minimum capability: \d+\. "
+                      r"Current capability: \d+\.", entry["vllm"]["refused"])
+    assert found is not None, entry["vllm"]["refused"]
+    assert "Minimum capability: 80. Current capability: 75." in found.group(0)
+    assert found.group(0) in entry["t4serve"]["sizing_error"]

@@ -9,7 +9,9 @@ For each case (a checkpoint directory, a known GPU, t4serve settings) this runs,
    device, `GPUModelRunner.get_kv_cache_spec` gives the per-layer specs, and the planner (`get_kv_cache_configs`,
    `update_kv_cache_capacity`) turns the plan's `--kv-cache-memory-bytes` and other pools into blocks, tokens and
    concurrency, or refuses naming the largest length that fits;
-3. t4serve's own KV figures for the other pools (`t4serve.planning.kvcache`, from the plan's inputs).
+3. t4serve's own KV figures for the other pools (`t4serve.planning.kvcache`, from the plan's inputs);
+4. per checkpoint, the text config t4serve probed (its table of transformers' defaults, t4serve.probes.configdefaults)
+   beside what vLLM's own `get_config` reads from the same config.json, each as the sizing reads it.
 It states no expected figure: tests/image/test_kv_oracle_families.py compares the three.
 
 What the oracle supplies itself is kv_oracle.py's: the stand-in CUDA platform (now describing each case's GPU: name,
@@ -75,8 +77,12 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method=f"tcp://127.0.0.1:{kv_oracle.free_port()}")
             ensure_model_parallel_initialized(1, 1, backend="gloo")
-        with kv_oracle.kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype), torch.device("meta"):
-            initialize_model(vllm_config=config)
+        try:
+            with (kv_oracle.kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype),
+                  torch.device("meta")):
+                initialize_model(vllm_config=config)
+        except ValueError as exc:  # the attention backends' own refusals (an FP8 KV cache below capability 8.9)
+            return {"refused": first_line(exc)}
         runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
         layer_specs: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
         backends = sorted({layer.get_attn_backend().get_name()
@@ -161,7 +167,8 @@ def t4serve_pools(settings: Any, facts: Any, the_plan: Any) -> tuple[list[int], 
         batched = int(sizing.max_num_batched_tokens.value)
         return kvcache.kv_layout(text, dtype_bytes=DTYPE_BYTES[the_plan.dtype], max_model_len=at,
                                  max_num_batched_tokens=batched, async_scheduling=flags.async_scheduling,
-                                 block_size=sizing.block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager)
+                                 block_size=sizing.block_size, hybrid_kv_cache_manager=flags.hybrid_kv_cache_manager,
+                                 cache_dtype=the_plan.kv_cache_dtype)
 
     lay = layout(length)
     least = kvcache.min_pool_bytes(lay)
@@ -176,6 +183,36 @@ def t4serve_pools(settings: Any, facts: Any, the_plan: Any) -> tuple[list[int], 
         else:
             figures[pool] = {"fits": False, "largest_length": kvcache.fit_max_model_len(layout, pool, length)}
     return pools, figures
+
+
+def sizing_view(text: dict[str, Any]) -> dict[str, Any]:
+    """What t4serve's sizing reads of a text config, as it reads it: the KV specs (layer, heads, head size, window),
+    vLLM's derived maximum length and the fields of the weight and activation estimates."""
+    from t4serve.errors import T4ServeError
+    from t4serve.planning import kvcache
+    from t4serve.planning.sizing import derived_max_model_len
+
+    try:
+        specs: Any = [[s.layer, s.num_kv_heads, s.head_size, s.sliding_window] for s in kvcache.kv_cache_specs(text, 2)]
+    except T4ServeError as exc:
+        specs = f"refused: {exc.message().splitlines()[0]}"
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+              "hidden_size_per_layer_input", "use_double_wide_mlp")
+    return {"specs": specs, "max_model_len": derived_max_model_len(text)[0],
+            **{f: text.get(f) for f in fields}}
+
+
+def config_readings(model_dir: str, facts: Any) -> dict[str, Any]:
+    """The text config t4serve probed beside the one vLLM's own reader (`get_config`, as t4serve.probes.hfconfig runs
+    it) gives for the same config.json, each as the sizing reads it."""
+    from t4serve.probes import hfconfig
+    from t4serve.probes.checkpoint import planning_config, without_unset
+
+    raw = planning_config(json.loads((Path(model_dir) / "config.json").read_text()))
+    read = hfconfig._read(model_dir)
+    vllm_text = without_unset({**raw["text"], **read["text"]})
+    return {"vllm_read_by": read["by"], "t4serve_read_by": facts.config.get("config_read_by"),
+            "vllm": sizing_view(vllm_text), "t4serve": sizing_view(facts.config["text"])}
 
 
 def batch_defaults(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -236,7 +273,13 @@ def main(argv: list[str] | None = None) -> int:
             entry["traceback"] = traceback.format_exc()[-4000:]
         results.append(entry)
         print(f"plan_oracle: {case['id']} done", file=sys.stderr, flush=True)
-    json.dump({"vllm_version": vllm.__version__, "cases": results,
+    readings = {}
+    for name, facts in models.items():
+        try:
+            readings[name] = config_readings(name, facts) if facts.source != "invalid" else {"error": facts.error}
+        except Exception as exc:  # reported per model, as the cases are
+            readings[name] = {"error": first_line(exc)}
+    json.dump({"vllm_version": vllm.__version__, "cases": results, "configs": readings,
                "batch_defaults": batch_defaults(spec.get("batch_defaults", []))}, out, indent=1)
     out.write("\n")
     return 0

@@ -448,16 +448,17 @@ BUILTIN_PROVENANCE = {
 
 def builtin_data(kind: str, scratch: str | Path) -> dict[str, Any]:
     """The JSON shipped in t4serve/data/models/ for an alias: probe_model's facts on a written checkpoint, its
-    config.json as written (E2B's names every field sizing reads; how a local probe read it is left out, as the
-    provenance says where the facts come from)."""
-    from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_local
+    config.json with Gemma4TextConfig's defaults filled (t4serve.probes.configdefaults; how a local probe read it is
+    left out, as the provenance says where the facts come from)."""
+    from t4serve.probes.checkpoint import CONFIG_READ_BY, probe_local
     from t4serve.serde import to_dict
 
     facts = probe_local("x", write_checkpoint(Path(scratch) / kind, kind=kind), "local-dir")
-    assert facts.config.get(CONFIG_READ_BY) is None, "regenerate outside the image: the JSON is config.json as written"
+    # config.json with Gemma4TextConfig's defaults and rules, from t4serve's own table (no reader involved).
+    assert "t4serve's table" in str(facts.config.get(CONFIG_READ_BY))
     return {
         "provenance": BUILTIN_PROVENANCE[kind],
-        "config": {k: v for k, v in facts.config.items() if k not in (CONFIG_READ_BY, CONFIG_UNRESOLVED)},
+        "config": {k: v for k, v in facts.config.items() if k != CONFIG_READ_BY},
         "quantization": facts.quantization,
         "safetensors_files": facts.safetensors_files,
         "weights": to_dict(facts.weights),

@@ -16,6 +16,10 @@ tensor are). The families, and what each exercises in vLLM's KV planning:
 - mistral: mistralai/Mistral-7B-Instruct-v0.1: a real model-level window of 4,096 on every layer;
 - smollm3: HuggingFaceTB/SmolLM3-3B: vLLM serves it through its Transformers backend; NoPE layers;
 - llama31awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4: AWQ int4 (GEMM, group 128) in float16.
+- gemma3_1b: google/gemma-3-1b-it: text-only Gemma 3 with a model-level window, `sliding_window_pattern` 6 and no
+  `layer_types` (as written every layer would slide; Gemma3TextConfig makes every sixth one full);
+- qwen25: Qwen/Qwen2.5-1.5B-Instruct: a `sliding_window` with `use_sliding_window: false` (Qwen2Config drops it).
+The last two are typed from the published files' fields (not downloaded here); the tests read no field they leave out.
 
     python tests/unit/family_checkpoints.py DIR [FAMILY ...]   # write them (all by default) under DIR/FAMILY
 """
@@ -121,6 +125,24 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "float16",
         "transformers_version": "4.44.0", "use_cache": True, "vocab_size": 128256,
     },
+    "gemma3_1b": {
+        "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "attn_logit_softcapping": None, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 106],
+        "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 1152, "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+        "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+        "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+        "rope_scaling": None, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": True, "vocab_size": 262144,
+    },
+    "qwen25": {
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 1536, "initializer_range": 0.02,
+        "intermediate_size": 8960, "max_position_embeddings": 32768, "max_window_layers": 21, "model_type": "qwen2",
+        "num_attention_heads": 12, "num_hidden_layers": 28, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    },
 }
 REPOS = {
     "qwen3": "Qwen/Qwen3-4B",
@@ -130,6 +152,8 @@ REPOS = {
     "mistral": "mistralai/Mistral-7B-Instruct-v0.1",
     "smollm3": "HuggingFaceTB/SmolLM3-3B",
     "llama31awq": "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
+    "gemma3_1b": "google/gemma-3-1b-it",
+    "qwen25": "Qwen/Qwen2.5-1.5B-Instruct",
 }
 FAMILIES = tuple(CONFIGS)
 # transformers' Gemma3TextConfig defaults the published gemma-3-4b-it leaves to it (heads, head size, vocabulary).
@@ -231,6 +255,8 @@ def _gemma3(cfg: dict[str, Any]) -> list[Tensor]:
 
 
 TENSORS: dict[str, Callable[[dict[str, Any]], list[Tensor]]] = {
+    "gemma3_1b": lambda c: _decoder(c, "model", "BF16", qk_norm=True, gemma_norms=True),
+    "qwen25": lambda c: _decoder(c, "model", "BF16") + _lm_head(c, "BF16"),
     "qwen3": lambda c: _decoder(c, "model", "BF16", qk_norm=True) + _lm_head(c, "BF16"),
     "llama3": lambda c: _decoder(c, "model", "BF16") + _lm_head(c, "BF16"),
     "phi4mini": lambda c: _decoder(c, "model", "BF16", fused=True) + _lm_head(c, "BF16"),

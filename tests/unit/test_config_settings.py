@@ -213,7 +213,7 @@ def test_vllm_args_conflicts_name_flag_and_variable(args: str, flag: str, variab
 @pytest.mark.parametrize(
     ("arg", "why"),
     [
-        ("--kv-cache-dtype", "--kv-cache-dtype auto"),
+        ("--kv-cache-dtype", "use T4SERVE_KV_CACHE_DTYPE instead"),
         ("--tensor-parallel-size", "one GPU"),
         ("-tp", "one GPU"),
         ("-tp2", "one GPU"),

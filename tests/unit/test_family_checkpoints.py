@@ -56,11 +56,10 @@ def test_the_awq_checkpoint_is_autoawqs_gemm_layout() -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_is_read_as_a_checkpoint(written: dict[str, ModelFacts], family: str) -> None:
     facts = written[family]
-    if family == "gemma3":
-        # Its config.json leaves the heads to transformers' class: without vLLM's reader it cannot be planned.
-        assert facts.source == "invalid" and facts.error is not None and "num_attention_heads" in facts.error
-        return
+    # Every family is in t4serve's table of transformers' defaults: read without vLLM's reader (Gemma 3's config.json
+    # leaves its heads to Gemma3TextConfig).
     assert facts.source == "local-dir", facts.error
+    assert "transformers" in str(facts.config["config_read_by"])
     assert facts.weight_bytes == sum(tensor_bytes for tensor_bytes in _bytes(family))
     assert REPOS[family]
 
@@ -76,14 +75,14 @@ def _bytes(family: str) -> list[int]:
     return out
 
 
-def test_phi4_mini_slides_on_every_layer_and_names_what_was_not_resolved(tmp_path: Path) -> None:
+def test_phi4_mini_slides_on_every_layer_and_says_how_its_config_was_read(tmp_path: Path) -> None:
     write_family(tmp_path / "phi", "phi4mini")
     s = Settings.from_environ({"HF_HOME": str(tmp_path), "T4SERVE_MODEL": str(tmp_path / "phi")})
     p = plan(s, ensure_model(s, t4()))
     assert p.sizing is not None, p.sizing_error
     how = p.sizing.concurrency.how
     assert "sliding layers [0, 1, 2" in how and "+1" in how and "full layers" not in how
-    assert any("layer_types" in n and "config.json as written" in n for n in p.sizing.notes)
+    assert any("transformers" in n and "(phi3)" in n for n in p.sizing.notes)
 
 
 def test_mistral_does_not_fit_a_t4_and_fits_an_a10g(tmp_path: Path) -> None:

@@ -51,8 +51,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = 1_790_000_000.0
 API_KEY = "sk-test-0123456789abcdef0123"
 HF_TOKEN = "hf_testtoken_abcdefghijklmnop"
-READ_ONLY_TOOLS = {"check_host_capacity", "verify_gpu_arch", "verify_turing_patch", "plan", "server_status",
-                   "server_logs", "benchmark_status", "query"}  # fmt: skip
+READ_ONLY_TOOLS = {"check_host_capacity", "verify_gpu_arch", "verify_turing_patch", "plan", "profiles",
+                   "server_status", "server_logs", "benchmark_status", "query"}  # fmt: skip
 
 
 def manifest_file(**changes: Any) -> dict[str, Any]:
@@ -396,6 +396,21 @@ def test_plan_refuses_bad_settings_with_the_fix(
 def test_plan_for_an_unknown_gpu_names_the_known_ones(engine: FakeEngine, environ: dict[str, str]) -> None:
     text = error_text(call(tool_env(engine, environ), "plan", {"gpu_model": "v100"}))
     assert "not a known GPU" in text and "t4" in text
+
+
+def test_profiles_are_the_plans_for_each_kv_cache_dtype(engine: FakeEngine, environ: dict[str, str]) -> None:
+    data = ok(call(tool_env(engine, environ, devices=[]), "profiles", {"gpu_model": "t4"}))
+    assert data["gpu"] == "Tesla T4"
+    rows = {(r["checkpoint"], r["kv_cache_dtype"], r["max_model_len"]): r for r in data["profiles"]}
+    assert rows[("qat", "int8", 16384)]["runnable"] and "--kv-cache-dtype int8_per_token_head" in rows[
+        ("qat", "int8", 16384)]["command_line"]
+    assert not rows[("bf16", "fp8", 4096)]["runnable"] and "SM89+" in rows[("bf16", "fp8", 4096)]["reason"]
+    assert "not runnable, and why:" in data["summary"]
+    plan_data = ok(call(tool_env(engine, environ, devices=[]), "plan",
+                        {"gpu_model": "t4", "settings": {"T4SERVE_KV_CACHE_DTYPE": "int4",
+                                                         "T4SERVE_MAX_MODEL_LEN": "32768"}}))  # fmt: skip
+    assert rows[("qat", "int4", 32768)]["kv_tokens"] == plan_data["plan"]["sizing"]["kv_tokens"]["value"]
+    assert_no_secret(data)
 
 
 # ----- start, status, logs, stop ---------------------------------------------------------------------------------

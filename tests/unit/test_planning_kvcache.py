@@ -31,10 +31,36 @@ def test_page_sizes_unify_by_growing_the_sliding_block() -> None:
     assert {s.kind: s.block_size for s in specs} == {"sliding": 32, "full": 16}
 
 
-def test_non_dividing_pages_are_refused() -> None:
-    specs = [kv.KVSpec(0, 16, 1, 96, 2), kv.KVSpec(1, 16, 1, 256, 2, 512)]
-    with pytest.raises(ConfigError, match="cannot be unified"):
-        kv.unify_kv_cache_spec_page_size(specs)
+def test_non_dividing_pages_are_padded_to_the_largest() -> None:
+    # vLLM pads an attention page that does not divide the largest (page_size_padded) and keeps its block.
+    specs = kv.unify_kv_cache_spec_page_size([kv.KVSpec(0, 16, 1, 96, 2), kv.KVSpec(1, 16, 1, 256, 2, 512)])
+    assert [(s.block_size, s.page_size_bytes, s.page_size_padded) for s in specs] == [(16, 16384, 16384),
+                                                                                     (16, 16384, None)]
+
+
+@pytest.mark.parametrize(("cache_dtype", "sliding", "full"), [
+    # TritonAttentionBackend.customize_spec: (head + head) x 1 B (int4: halves packed two a byte) + 2 x 4 B scales.
+    ("int8_per_token_head", 2 * 256 + 8, 2 * 512 + 8),
+    ("int4_per_token_head", 2 * 128 + 8, 2 * 256 + 8),
+    ("fp8", 2 * 256, 2 * 512),
+    ("auto", 2 * 256 * 2, 2 * 512 * 2),
+])
+def test_bytes_per_token_by_cache_dtype(cache_dtype: str, sliding: int, full: int) -> None:
+    specs = kv.kv_cache_specs(TEXT, 2, cache_dtype=cache_dtype)
+    assert {s.kind: s.bytes_per_token for s in specs} == {"sliding": sliding, "full": full}
+
+
+@pytest.mark.parametrize(("cache_dtype", "block_bytes"), [("int8_per_token_head", 3 * 16 * 1032),
+                                                          ("int4_per_token_head", 3 * 16 * 520)])
+def test_per_token_head_sliding_pages_are_padded_not_doubled(cache_dtype: str, block_bytes: int) -> None:
+    # 520 B and 1,032 B a token do not divide: the sliding groups keep 16-token blocks on padded pages, so a
+    # 16,384-token request takes 4 x (ceil(4607/16) + 1) + 1024 blocks instead of fp16's 4 x 145 + 1024.
+    lay = layout(cache_dtype=cache_dtype)
+    assert lay.bytes_per_block == block_bytes
+    assert {g.spec.kind: g.spec.block_size for g in lay.groups} == {"sliding": 16, "full": 16}
+    assert lay.blocks_per_request_by_group == (289, 289, 289, 289, 1024)
+    ratio = (layout().blocks_per_request * layout().bytes_per_block) / (lay.blocks_per_request * block_bytes)
+    assert 1.4 < ratio < 3.0
 
 
 def test_groups_of_the_smallest_bucket_strided() -> None:

@@ -1,6 +1,6 @@
-"""Reading a checkpoint's config as vLLM does, and the fallback where vLLM's reader is not installed (this venv: no
-vLLM, no transformers). The reader itself runs in the image: tests/image/test_kv_oracle_families.py plans every family
-from configs it read, and test_hfconfig_image.py reads the published Gemma 3 config with it."""
+"""Reading a checkpoint's config as vLLM does where vLLM's reader is not installed (this venv: no vLLM, no
+transformers): transformers' defaults and rules from t4serve's table for the families it holds, a refusal by name for
+the others. In the image tests/image/test_hfconfig_image.py checks the table against vLLM's reader family by family."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from t4serve.pipeline import ensure_model
 from t4serve.planning import kvcache
 from t4serve.planning.plan import plan
 from t4serve.probes import hfconfig
-from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, probe_model
+from t4serve.probes.checkpoint import CONFIG_READ_BY, probe_model
 
 # A dense decoder's config.json that leaves the KV heads and head size to its class (Llama's shape, small).
 SPARSE_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
@@ -48,29 +48,65 @@ def test_the_reader_module_answers_in_json_even_without_vllm(tmp_path: Path) -> 
     assert usage.returncode == 2 and "usage" in usage.stderr
 
 
-def test_fallback_names_the_fields_config_json_leaves_to_its_class(tmp_path: Path) -> None:
+def test_a_family_in_the_table_gets_its_class_defaults(tmp_path: Path) -> None:
     facts = probe_model(str(checkpoint(tmp_path / "llama", SPARSE_LLAMA)), hf_home=str(tmp_path), offline=True)
-    assert facts.source == "local-dir" and facts.config[CONFIG_READ_BY] is None
-    unresolved = facts.config[CONFIG_UNRESOLVED]
-    assert "transformers" in unresolved["why"]
-    assert {"num_key_value_heads", "head_dim", "sliding_window", "layer_types"} <= set(unresolved["fields"])
+    assert facts.source == "local-dir"
+    assert "transformers" in facts.config[CONFIG_READ_BY] and "(llama)" in facts.config[CONFIG_READ_BY]
+    text = facts.config["text"]
+    # LlamaConfig.__post_init__: KV heads default to the attention heads, head_dim to hidden / heads.
+    assert (text["num_key_value_heads"], text["head_dim"]) == (16, 64)
     s = Settings.from_environ({"HF_HOME": str(tmp_path), "T4SERVE_MODEL": str(tmp_path / "llama")})
     p = plan(s, ensure_model(s, t4()))
     assert p.sizing is not None
-    note = next(n for n in p.sizing.notes if n.startswith("model config: config.json as written"))
-    assert "head_dim (hidden_size / num_attention_heads)" in note and "num_key_value_heads" in note
+    assert any(n.startswith("model config read as vLLM reads it: t4serve's table") for n in p.sizing.notes)
 
 
-def test_a_config_too_sparse_to_plan_says_what_would_resolve_it(tmp_path: Path) -> None:
-    """The published gemma-3-4b-it names no attention heads: transformers' Gemma3TextConfig supplies them; as written
-    the checkpoint cannot be planned, and the fact says why and how to get it read."""
+def test_gemma3_4b_is_filled_with_gemma3_text_defaults(tmp_path: Path) -> None:
+    """The published gemma-3-4b-it names no attention heads, head size, layer types or vocabulary."""
     gemma3 = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
               "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
                               "num_hidden_layers": 34, "sliding_window": 1024}}
     facts = probe_model(str(checkpoint(tmp_path / "g3", gemma3)), hf_home=str(tmp_path), offline=True)
+    text = facts.config["text"]
+    assert (text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]) == (8, 4, 256)
+    assert [i for i, t in enumerate(text["layer_types"]) if t == "full_attention"] == [5, 11, 17, 23, 29]
+    assert text["vocab_size"] == 262208
+
+
+def test_gemma3_1b_slides_five_layers_in_six_not_all(tmp_path: Path) -> None:
+    """google/gemma-3-1b-it: model-level sliding_window 512, sliding_window_pattern 6 and no layer_types. As written
+    every layer would slide (the model-level window); Gemma3TextConfig makes every sixth layer full."""
+    gemma3_1b = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 256,
+                 "hidden_size": 1152, "intermediate_size": 6912, "max_position_embeddings": 32768,
+                 "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "sliding_window": 512,
+                 "sliding_window_pattern": 6, "vocab_size": 262144, "torch_dtype": "bfloat16"}
+    facts = probe_model(str(checkpoint(tmp_path / "g1", gemma3_1b)), hf_home=str(tmp_path), offline=True)
+    specs = kvcache.kv_cache_specs(facts.config["text"], 2)
+    assert [s.layer for s in specs if s.kind == "full"] == [5, 11, 17, 23]
+    assert len([s for s in specs if s.kind == "sliding"]) == 22
+
+
+def test_qwen25s_disabled_window_is_not_applied(tmp_path: Path) -> None:
+    """Qwen2.5 sets sliding_window with use_sliding_window false: Qwen2Config drops the window."""
+    qwen25 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536,
+              "intermediate_size": 8960, "max_position_embeddings": 32768, "max_window_layers": 21,
+              "num_attention_heads": 12, "num_hidden_layers": 28, "num_key_value_heads": 2, "sliding_window": 32768,
+              "use_sliding_window": False, "vocab_size": 151936, "torch_dtype": "bfloat16"}
+    facts = probe_model(str(checkpoint(tmp_path / "q", qwen25)), hf_home=str(tmp_path), offline=True)
+    assert "sliding_window" not in facts.config["text"]
+    assert {s.kind for s in kvcache.kv_cache_specs(facts.config["text"], 2)} == {"full"}
+    windowed = dict(qwen25, use_sliding_window=True)
+    facts = probe_model(str(checkpoint(tmp_path / "qw", windowed)), hf_home=str(tmp_path), offline=True)
+    kinds = [s.kind for s in kvcache.kv_cache_specs(facts.config["text"], 2)]
+    assert kinds == ["full"] * 21 + ["sliding"] * 7
+
+
+def test_a_family_outside_the_table_is_refused_by_name_without_a_reader(tmp_path: Path) -> None:
+    other = dict(SPARSE_LLAMA, model_type="exaone4", architectures=["Exaone4ForCausalLM"])
+    facts = probe_model(str(checkpoint(tmp_path / "x", other)), hf_home=str(tmp_path), offline=True)
     assert facts.source == "invalid" and facts.error is not None
-    assert "num_attention_heads must be set" in facts.error
-    assert "vLLM's config class" in facts.error and "run t4serve in the image" in facts.error
+    assert "model type exaone4 is not among the families" in facts.error and "gemma3_text" in facts.error
+    assert "run `t4serve plan` in the image" in facts.error
 
 
 def test_per_layer_values_give_the_same_heads_as_gemma4s_global_fields() -> None:
@@ -99,3 +135,10 @@ def test_plain_copies_keep_json_values_and_drop_objects() -> None:
         "a": 1, "b": [2.5, "x", True, None], "c": [1, 2]}
     assert hfconfig._plain(object()) is None
     assert hfconfig._plain({"a": object(), "b": [object(), 3]}) == {"a": None, "b": [None, 3]}
+
+
+def test_a_config_its_class_rules_cannot_use_is_refused_with_the_reason(tmp_path: Path) -> None:
+    bad = dict(SPARSE_LLAMA, model_type="qwen2", num_hidden_layers=None, use_sliding_window=True, sliding_window=64)
+    facts = probe_model(str(checkpoint(tmp_path / "bad", bad)), hf_home=str(tmp_path), offline=True)
+    assert facts.source == "invalid" and facts.error is not None
+    assert "model type qwen2: its config class cannot be built from config.json" in facts.error

@@ -10,6 +10,7 @@ pairs, the child environment, the client key) and vllmflags (the `vllm serve` fl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -66,6 +67,8 @@ DTYPES = ("auto", "float16", "bfloat16", "float32")
 _BF16 = format_capability(BF16_MIN_CAPABILITY)
 # vLLM's own spellings of the same dtypes, accepted and normalised so the plan compares one name.
 _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
+# T4SERVE_KV_CACHE_DTYPE: t4serve.planning.vllmchecks maps each to vLLM's --kv-cache-dtype for the card.
+KV_CACHE_DTYPES = ("auto", "int8", "int4", "fp8")
 PREFLIGHT_MODES = ("strict", "warn")
 CONFIG_ERROR_MODES = ("exit", "wait")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -273,6 +276,14 @@ VARIABLES: tuple[Variable, ...] = (
         choice(DTYPES, _DTYPE_SYNONYMS), "float16", "--dtype",
     ),
     Variable(
+        "T4SERVE_KV_CACHE_DTYPE", "kv_cache_dtype", "auto", "auto",
+        "KV cache entries: `auto` in the model dtype (16-bit); `int8` and `int4` (vLLM's `int8_per_token_head` and "
+        "`int4_per_token_head`: a float32 scale per token and head, computed at run time; run by vLLM's Triton "
+        "attention, on a T4 too) hold about 1.5x and 3x the tokens of Gemma 4 E2B's 16-bit cache; `fp8` needs "
+        "compute capability 8.9 (refused below it in vLLM's words). The KV figures are sized for it.",
+        choice(KV_CACHE_DTYPES), "int8", "--kv-cache-dtype",
+    ),
+    Variable(
         "T4SERVE_COMPILE", "compile", "auto", "auto",
         "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
         "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
@@ -369,6 +380,7 @@ class Settings:
     gpu_memory_utilization: float
     kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
+    kv_cache_dtype: str
     compile: str
     preflight: str
     on_config_error: str
@@ -528,3 +540,18 @@ def markdown_table() -> str:
         doc = var.doc.replace("|", "\\|")
         lines.append(f"| `{var.name}` | {flag} | {var.default_doc} | {doc} |")
     return "\n".join(lines) + "\n"
+
+
+def with_model(settings: Settings, raw: str, environ: Mapping[str, str] | None = None) -> Settings:
+    """`settings` with T4SERVE_MODEL set to `raw` (checked by the row's own parser; a ConfigError names it), its served
+    name following the model unless one was set. `t4serve profiles` plans several checkpoints under one setting."""
+    var = VARIABLES_BY_NAME["T4SERVE_MODEL"]
+    ctx = Context(dict(os.environ if environ is None else environ), Path.cwd())
+    try:
+        model: ModelChoice = var.parse(checked_text(var, raw), ctx)
+    except Invalid as exc:
+        raise setting_error(var, raw, "flag", exc.reason, exc.example, exc.fix, None, exc.shown) from None
+    served = settings.served_model_name
+    if settings.origins.get("T4SERVE_SERVED_MODEL_NAME", "default") == "default":
+        served = model.repo_id or Path(model.target).name
+    return dataclasses.replace(settings, model=model, served_model_name=served)

@@ -28,6 +28,8 @@ CONTROLLED_FLAGS: dict[str, str] = {
     "--max-num-batched-tokens": "T4SERVE_MAX_NUM_BATCHED_TOKENS",
     "--gpu-memory-utilization": "T4SERVE_GPU_MEMORY_UTILIZATION",
     "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
+    # The KV figures are sized for the cache dtype, which the plan maps to vLLM's name for the card.
+    "--kv-cache-dtype": "T4SERVE_KV_CACHE_DTYPE",
     "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
     "--download-dir": "HF_HOME",
     # Secrets (SECRET_FLAGS): each travels only in the vLLM process's environment, never on its command line.
@@ -39,7 +41,6 @@ CONTROLLED_FLAGS: dict[str, str] = {
 SECRET_FLAGS = ("--hf-token", "--api-key")
 # Flags t4serve fixes with no variable: why each is fixed is part of the error.
 FIXED_FLAGS: dict[str, str] = {
-    "--kv-cache-dtype": "t4serve sets --kv-cache-dtype auto: its KV cache sizing assumes the model dtype",
     "--tensor-parallel-size": "t4serve serves one GPU (--tensor-parallel-size 1)",
     "-tp": "t4serve serves one GPU (--tensor-parallel-size 1)",
     "--pipeline-parallel-size": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",

@@ -35,6 +35,7 @@ from t4serve.mcp.models import (
     HostCapacity,
     ManifestOut,
     PlanOut,
+    ProfilesOut,
     TuringPatch,
     checks_fields,
     finding_out,
@@ -266,3 +267,44 @@ class CheckTools(ToolGroup):
             settings=chosen.to_dict(),
             findings=[finding_out(f) for f in kept],
         )
+
+    @tool("What runs on this GPU", "plan", hints(read_only=True, destructive=False, idempotent=True, open_world=True))
+    @guarded
+    async def profiles(
+        self,
+        model: Annotated[str | None, Field(description="another checkpoint to profile beside qat and bf16: "
+                                                       + MODEL_HELP)] = None,
+        gpu_model: Annotated[
+            str | None,
+            Field(description="profiles for this known GPU model instead of this host's GPU: t4, l4, a10g, ...",
+                  max_length=64),
+        ] = None,
+        settings: Annotated[dict[str, str] | None, Field(description=SETTINGS_HELP)] = None,
+        ctx: Context | None = None,
+    ) -> ProfilesOut:
+        """What runs on this GPU and host, what does not and why, per checkpoint, KV cache dtype and length.
+
+        qat, bf16 and `model`, each at KV cache dtype auto, int8, int4 and fp8 and at 4k, 16k, 32k and the model's
+        maximum length. Every figure is the plan's own (KV tokens, concurrency, weight memory, host memory and swap,
+        decode ceiling); the same as `t4serve profiles`. Changes nothing."""
+        from t4serve.config.settings import with_model
+        from t4serve.pipeline import ensure_model, with_known_gpu
+        from t4serve.planning.profiles import profiles, summary
+        from t4serve.serde import to_dict
+
+        chosen = validate_settings(model, settings or {}, self.env.base_env())
+
+        def work() -> tuple[str, list[Any]]:
+            facts = self._facts(chosen)
+            if gpu_model:
+                facts = with_known_gpu(facts, gpu_model.lower())
+            names = list(dict.fromkeys(("qat", "bf16", chosen.model.requested)))
+            cases = []
+            for name in names:
+                one = chosen if name == chosen.model.requested else with_model(chosen, name, self.env.base_env())
+                cases.append((one, ensure_model(one, facts)))
+            gpu = facts.gpu.devices[0].name if facts.gpu.devices else "no GPU visible (name a gpu_model)"
+            return gpu, profiles(cases)
+
+        gpu, rows = await blocking(Progress(ctx), "planning the profiles", work)
+        return ProfilesOut(gpu=gpu, summary=summary(rows, gpu), profiles=[to_dict(r) for r in rows])

@@ -210,3 +210,12 @@ def checks_fields(findings: Sequence[Finding]) -> dict[str, Any]:
         "warnings": sum(f.level == "warn" for f in findings),
         "findings": [finding_out(f) for f in findings],
     }
+
+
+class ProfilesOut(BaseModel):
+    gpu: str = Field(description="the GPU the profiles are for (this host's, or the known GPU model asked)")
+    summary: str = Field(description="the table `t4serve profiles` prints, with the reasons for what cannot run")
+    profiles: list[dict[str, Any]] = Field(
+        description="per checkpoint x KV cache dtype x max model length: runnable, reason, kv_tokens, concurrency, "
+        "max_num_seqs, gpu_weights_bytes, host_memory_need_bytes, swap_to_add_bytes, decode_ceiling_tokens_per_s, "
+        "command_line (the plan's own figures)")

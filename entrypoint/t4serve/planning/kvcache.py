@@ -17,6 +17,26 @@ from t4serve.errors import ConfigError
 # vLLM's CacheConfig.block_size for the CUDA attention backends (Triton included): 16 tokens.
 DEFAULT_BLOCK_SIZE = 16
 
+# vLLM 0.33's `--kv-cache-dtype` values t4serve sizes -> (bytes per stored element, or None for the model dtype's;
+# whether each K and V head row carries an inline float32 scale; elements packed per byte). The per-token-head modes
+# (`KVQuantMode.is_per_token_head`) are laid out by the Triton backend's `customize_spec`: each (head, token) cell is
+# (head_size + head_size_v) / packing bytes of data plus one 4-byte scale per side; `fp8` is per-tensor, 1 B each.
+KV_CACHE_DTYPE_LAYOUTS: dict[str, tuple[int | None, bool, int]] = {
+    "auto": (None, False, 1),
+    "fp8": (1, False, 1),
+    "int8_per_token_head": (1, True, 1),
+    "int4_per_token_head": (1, True, 2),
+}
+# `TritonAttentionBackend.customize_spec`: get_dtype_size(torch.float32), once for K and once for V.
+PER_TOKEN_HEAD_SCALE_BYTES = 4
+
+
+def kv_content_bytes(head_size: int, dtype_bytes: int, cache_dtype: str = "auto") -> int:
+    """Bytes one token of one KV head takes (K and V): `AttentionSpec.state_content_size_bytes`."""
+    element, scaled, packing = KV_CACHE_DTYPE_LAYOUTS[cache_dtype]
+    data = 2 * (head_size // packing) * (element or dtype_bytes)
+    return data + (2 * PER_TOKEN_HEAD_SCALE_BYTES if scaled else 0)
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -41,6 +61,10 @@ class KVSpec:
     dtype_bytes: int
     # None for full attention; the window in tokens for a sliding layer.
     sliding_window: int | None = None
+    # vLLM's --kv-cache-dtype (a key of KV_CACHE_DTYPE_LAYOUTS); "auto" stores K and V in the model dtype.
+    cache_dtype: str = "auto"
+    # `AttentionSpec.page_size_padded`: set where page unification pads a page that does not divide the largest.
+    page_size_padded: int | None = None
 
     @property
     def kind(self) -> str:
@@ -48,13 +72,13 @@ class KVSpec:
 
     @property
     def bytes_per_token(self) -> int:
-        # K and V: (head_size + head_size_v) x dtype size x heads (`AttentionSpec.state_content_size_bytes`).
-        return self.num_kv_heads * 2 * self.head_size * self.dtype_bytes
+        # K and V of every head (`AttentionSpec.state_content_size_bytes` x heads), scales included where inline.
+        return self.num_kv_heads * kv_content_bytes(self.head_size, self.dtype_bytes, self.cache_dtype)
 
     @property
     def page_size_bytes(self) -> int:
-        """`AttentionSpec.page_size_bytes`: heads x block_size x (K + V) x dtype size."""
-        return self.bytes_per_token * self.block_size
+        """`AttentionSpec.page_size_bytes`: heads x block_size x content bytes, or the padded page where set."""
+        return self.page_size_padded or self.bytes_per_token * self.block_size
 
     def same_type(self, other: KVSpec) -> bool:
         """Equal except for the layer: the key `_get_kv_cache_groups_uniform_page_size` groups layers by."""
@@ -100,7 +124,8 @@ def _outside_the_model(what: str, found: str) -> ConfigError:
     )
 
 
-def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> list[KVSpec]:
+def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE,
+                   cache_dtype: str = "auto") -> list[KVSpec]:
     """The specs vLLM's `Attention.get_kv_cache_spec` returns for a decoder's text config: only layers owning a cache.
 
     Which layers slide is vLLM's rule: a layer named "sliding_attention" in `layer_types` gets the config's
@@ -140,7 +165,9 @@ def kv_cache_specs(text: dict[str, Any], dtype_bytes: int, block_size: int = DEF
     for i in range(owning):
         own_window = window if layer_types[i] == "sliding_attention" else None
         effective = own_window or model_window
-        specs.append(KVSpec(i, block_size, heads[i][0], heads[i][1], dtype_bytes, effective))
+        # A sliding layer's own block (`_largest_kernel_block_within`) is the planned block on every backend t4serve
+        # plans for (kvflags.MODELLED_BLOCK_SIZES): its page budget is its own page at that block.
+        specs.append(KVSpec(i, block_size, heads[i][0], heads[i][1], dtype_bytes, effective, cache_dtype))
     return specs
 
 
@@ -183,20 +210,18 @@ def head_sizes(text: dict[str, Any]) -> list[int]:
 
 
 def unify_kv_cache_spec_page_size(specs: list[KVSpec]) -> list[KVSpec]:
-    """`unify_kv_cache_spec_page_size`: smaller pages grow their block size by max_page / page (must divide)."""
+    """`unify_kv_cache_spec_page_size`: a smaller page that divides the largest grows its block size by the ratio; one
+    that does not (Gemma 4's 256- and 512-wide heads with per-token-head scales: 520 and 1,032 B a token) keeps its
+    block and is padded to the largest page (`page_size_padded`), as vLLM does for attention layers other than MLA."""
     largest = max(s.page_size_bytes for s in specs)
     out = []
     for s in specs:
-        if largest % s.page_size_bytes:
-            # vLLM would pad the page (page_size_padded); no config t4serve covers needs it, so refuse rather than
-            # guess.
-            raise ConfigError(
-                "KV cache page sizes cannot be unified by block size",
-                found=f"layer {s.layer} page {s.page_size_bytes} B does not divide the largest page {largest} B",
-                required="page sizes that divide each other (every family docs/sizing.md lists)",
-                fix="set T4SERVE_KV_CACHE_MEMORY_BYTES=profile and T4SERVE_MAX_NUM_SEQS yourself for this model",
-            )
-        out.append(replace(s, block_size=s.block_size * (largest // s.page_size_bytes)))
+        if s.page_size_bytes == largest:
+            out.append(s)
+        elif largest % s.page_size_bytes == 0:
+            out.append(replace(s, block_size=s.block_size * (largest // s.page_size_bytes)))
+        else:
+            out.append(replace(s, page_size_padded=largest))
     return out
 
 
@@ -326,6 +351,9 @@ class KVLayout:
             held = g.spec.tokens_held(self.max_model_len, self.in_flight_tokens)
             pages = (f" (pages {'+'.join(str(p.page_size_bytes) for p in g.specs)} B in one block)"
                      if g.uniform_type else "")
+            if g.spec.page_size_padded is not None:
+                pages += (f" (page {g.spec.bytes_per_token * g.spec.block_size:,} B padded to "
+                          f"{g.spec.page_size_padded:,} B)")
             rule = (f"ceil({held}/{g.spec.block_size})" if g.spec.sliding_window is None
                     else f"ceil(min({g.spec.sliding_window}-1+{self.in_flight_tokens}, {self.max_model_len})"
                          f"/{g.spec.block_size})+1")
@@ -336,8 +364,8 @@ class KVLayout:
 
 def kv_layout(text: dict[str, Any], *, dtype_bytes: int, max_model_len: int, max_num_batched_tokens: int,
               async_scheduling: bool = True, block_size: int = DEFAULT_BLOCK_SIZE,
-              hybrid_kv_cache_manager: bool = True) -> KVLayout:
-    specs = kv_cache_specs(text, dtype_bytes, block_size)
+              hybrid_kv_cache_manager: bool = True, cache_dtype: str = "auto") -> KVLayout:
+    specs = kv_cache_specs(text, dtype_bytes, block_size, cache_dtype)
     if not specs:
         raise ConfigError(
             "the model has no KV cache layers", found="0 attention layers own a KV cache",
@@ -414,12 +442,14 @@ def fit_max_model_len(layout_for: Callable[[int], KVLayout], pool_bytes: int, up
 
 def estimate_max_model_len(text: dict[str, Any], pool_bytes: int, *, dtype_bytes: int, upper: int,
                            max_num_batched_tokens: int, async_scheduling: bool = True,
-                           block_size: int = DEFAULT_BLOCK_SIZE, hybrid_kv_cache_manager: bool = True) -> int:
+                           block_size: int = DEFAULT_BLOCK_SIZE, hybrid_kv_cache_manager: bool = True,
+                           cache_dtype: str = "auto") -> int:
     """`fit_max_model_len` for fixed batched tokens and flags."""
 
     def layout_for(length: int) -> KVLayout:
         return kv_layout(text, dtype_bytes=dtype_bytes, max_model_len=length,
                          max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                         block_size=block_size, hybrid_kv_cache_manager=hybrid_kv_cache_manager)
+                         block_size=block_size, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+                         cache_dtype=cache_dtype)
 
     return fit_max_model_len(layout_for, pool_bytes, upper)

@@ -37,7 +37,7 @@ from t4serve.patch.clamp import (
     padded_head_size,
     tile_shared_memory,
 )
-from t4serve.planning import kvcache
+from t4serve.planning import kvcache, vllmchecks
 from t4serve.planning.derived import Derived, format_bytes
 from t4serve.planning.sizing import Sizing, SizingInputs, size
 from t4serve.serde import to_dict
@@ -58,6 +58,9 @@ class Plan:
     port: int
     dtype: str
     dtype_reason: str
+    # vLLM's --kv-cache-dtype (T4SERVE_KV_CACHE_DTYPE mapped by planning.vllmchecks) and what it stores.
+    kv_cache_dtype: str
+    kv_cache_dtype_reason: str
     # The device planned for (devices[0]: t4serve serves one GPU), None when no GPU is visible. With T4SERVE_SIZE_AS
     # it is that card as the known table has it (memory, capability, shared memory) on the real device's identity.
     gpu: GpuDevice | None
@@ -114,6 +117,7 @@ class Plan:
             f"telemetry:         {self.telemetry_summary()}",
             f"gpu:               {gpu}",
             f"dtype:             {self.dtype}  ({self.dtype_reason})",
+            f"kv cache dtype:    {self.kv_cache_dtype}  ({self.kv_cache_dtype_reason})",
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
             f"attention backend: {self.attention_backend or 'chosen by vLLM'}",
             f"compile:           {self.compile_summary}",
@@ -347,10 +351,15 @@ def _sized_flags(settings: Settings, sizing: Sizing | None) -> list[str]:
 
 def _attention_flags(settings: Settings, card: KnownGpu | None) -> tuple[list[str], str | None]:
     """`--attention-backend` where t4serve sets it, and the backend the server runs: the user's (T4SERVE_VLLM_ARGS),
-    Triton for a card below FlashAttention's capability it is sized as, else vLLM's choice (None)."""
+    Triton for a card below FlashAttention's capability it is sized as or for a quantized KV cache, else vLLM's
+    choice (None)."""
     backend = attention_backend(settings.vllm_args)
     if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
         # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
+        return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
+    if settings.kv_cache_dtype != "auto" and backend is None:
+        # The quantized caches are sized as vLLM's Triton backend lays them out (the only one running the
+        # per-token-head types; FlashAttention's fp8 picks its own blocks on 9.x).
         return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
     return [], backend
 
@@ -369,8 +378,9 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     argv += ["--host", settings.host, "--port", str(settings.port)]
     argv += ["--served-model-name", settings.served_model_name]
     argv += ["--dtype", dtype]
-    # The KV cache sizing assumes 16-bit KV entries in the model dtype, and t4serve serves a single GPU.
-    argv += ["--kv-cache-dtype", "auto", "--tensor-parallel-size", "1"]
+    # The KV figures are sized for this cache dtype, and t4serve serves a single GPU.
+    argv += ["--kv-cache-dtype", vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype]]
+    argv += ["--tensor-parallel-size", "1"]
     argv += ["--gpu-memory-utilization", _float(card.utilization)]
     argv += _sized_flags(settings, sizing)
     argv += ["--shutdown-timeout", str(settings.shutdown_timeout)]
@@ -401,6 +411,8 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         port=settings.port,
         dtype=dtype,
         dtype_reason=dtype_reason,
+        kv_cache_dtype=vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype],
+        kv_cache_dtype_reason=vllmchecks.kv_cache_dtype_reason(settings.kv_cache_dtype),
         gpu=gpu,
         gpu_origin=gpu.uuid if gpu is not None and gpu.uuid.startswith(KNOWN_GPU_UUID_PREFIX) else "probed",
         argv=tuple(argv),
@@ -446,6 +458,15 @@ def _size(
     if model.source == "invalid":
         return None, f"the model could not be read: {model.error}"
     known = card or match_known_gpu(gpu.name)
+    # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
+    gpu_name = card.name if card is not None else gpu.name
+    try:
+        # vLLM refuses these before it plans: the plan refuses them first, in vLLM's words.
+        vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability,
+                                         attention_backend(settings.vllm_args))
+        vllmchecks.check_quantization(model, dtype, gpu_name, gpu.compute_capability)
+    except T4ServeError as exc:
+        return None, exc.message()
     inputs = SizingInputs(
         gpu_memory_bytes=gpu.memory_total_bytes,
         gpu_memory_utilization=settings.gpu_memory_utilization,
@@ -462,8 +483,8 @@ def _size(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         kv_flags=kv_flags(settings.vllm_args),
         allow_long_max_model_len=vllm_env_true(facts.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")),
-        # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
-        gpu_name=card.name if card is not None else gpu.name,
+        gpu_name=gpu_name,
+        kv_cache_dtype=vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype],
     )
     try:
         return size(inputs), None

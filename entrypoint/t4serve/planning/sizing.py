@@ -18,8 +18,7 @@ from t4serve.gpus import BatchDefaults, vllm_batch_defaults
 from t4serve.planning import hostmem, kvcache
 from t4serve.planning.derived import Derived
 from t4serve.planning.roofline import roofline
-from t4serve.probes.checkpoint import CONFIG_READ_BY, CONFIG_UNRESOLVED, PART_KV_SHARED_DROPPED
-from t4serve.probes.hfconfig import SIZING_FIELDS
+from t4serve.probes.checkpoint import CONFIG_READ_BY, PART_KV_SHARED_DROPPED
 from t4serve.units import GIB
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
@@ -53,6 +52,8 @@ class SizingInputs:
     kv_flags: KVFlags = field(default_factory=KVFlags)
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment: vLLM then accepts a max_model_len above the model's.
     allow_long_max_model_len: bool = False
+    # vLLM's --kv-cache-dtype (planning.kvcache.KV_CACHE_DTYPE_LAYOUTS): "auto" is the model dtype.
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -254,19 +255,9 @@ def check_max_model_len_within_the_model(text: dict[str, object], max_model_len:
 
 
 def config_reading_notes(model: ModelFacts) -> list[str]:
-    """How the text config the figures rest on was read: by vLLM's reader, or as written and what that leaves out."""
+    """How the text config the figures rest on was read: transformers' defaults by t4serve's table, or vLLM's reader."""
     read_by = model.config.get(CONFIG_READ_BY)
-    unresolved = model.config.get(CONFIG_UNRESOLVED)
-    if isinstance(read_by, str):
-        return [f"model config read as vLLM reads it: {read_by}"]
-    if not isinstance(unresolved, dict):
-        return []
-    fields = [f for f in unresolved.get("fields") or [] if f in SIZING_FIELDS]
-    head = f"model config: config.json as written ({unresolved.get('why')})"
-    if not fields:
-        return [head + "; it sets every field the sizing reads"]
-    return [head + "; not set there, so taken as t4serve's fallbacks where the model's config class may default them "
-            "otherwise: " + "; ".join(f"{f} ({SIZING_FIELDS[f]})" for f in fields)]
+    return [f"model config read as vLLM reads it: {read_by}"] if isinstance(read_by, str) else []
 
 
 def check_seqs_within_batched(max_num_seqs: int | None, batched: int) -> None:
@@ -323,7 +314,8 @@ class _Shape:
                                  max_num_batched_tokens=self.batched_for(length),
                                  async_scheduling=self.flags.async_scheduling,
                                  block_size=self.flags.planned_block_size,
-                                 hybrid_kv_cache_manager=self.flags.hybrid_kv_cache_manager)
+                                 hybrid_kv_cache_manager=self.flags.hybrid_kv_cache_manager,
+                                 cache_dtype=self.inputs.kv_cache_dtype)
 
     def seqs_cap(self, batched: int) -> int:
         """vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig.verify_max_model_len)."""

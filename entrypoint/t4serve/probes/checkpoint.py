@@ -24,7 +24,7 @@ from typing import Any
 
 from t4serve.config.aliases import BF16_REPO, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
-from t4serve.probes import hfconfig
+from t4serve.probes import configdefaults, hfconfig
 from t4serve.untrusted import (
     Untrusted,
     check_int,
@@ -42,11 +42,9 @@ BUILTIN_MODELS: dict[str, str] = {
     QAT_REPO: "gemma-4-E2B-it-qat-w4a16-ct.json",
 }
 
-# ModelFacts.config keys saying how the text config was read: CONFIG_READ_BY names vLLM's reader (the text config is
-# its class's attributes, defaults included), or is None with CONFIG_UNRESOLVED {"why", "fields"}: config.json as
-# written, and the sizing fields it leaves to a class default t4serve could not apply (t4serve.probes.hfconfig).
+# The ModelFacts.config key naming how the text config was read: t4serve's table of transformers' defaults
+# (t4serve.probes.configdefaults) or vLLM's reader (t4serve.probes.hfconfig); either way the class's attributes.
 CONFIG_READ_BY = "config_read_by"
-CONFIG_UNRESOLVED = "config_unresolved"
 
 # Parts the checkpoint's bytes are grouped into (TensorGroup.part). What a decode step reads is decided from these in
 # t4serve.planning.roofline; what vLLM keeps in GPU memory in t4serve.planning.sizing.
@@ -313,6 +311,56 @@ def planning_config(config: dict[str, Any]) -> dict[str, Any]:
     return keep
 
 
+def written_text(config: dict[str, Any]) -> dict[str, Any]:
+    """The text part of config.json as written, nulls kept (transformers keeps an explicit null over its default)."""
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        return dict(text)
+    return {k: v for k, v in config.items() if k not in ("vision_config", "audio_config", "quantization_config")}
+
+
+def without_unset(text: dict[str, Any]) -> dict[str, Any]:
+    """A number set to null means "not set": the planner's defaults apply, as for a key left out."""
+    return {k: v for k, v in text.items() if not (k in TEXT_INTS and v is None)}
+
+
+def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Path | None) -> str | None:
+    """Put the text config vLLM plans from into `kept` (and how it was read), or return why it cannot be.
+
+    A model type in t4serve.probes.configdefaults: transformers' defaults and rules, applied here (no import). Any
+    other: vLLM's own reader in a child Python where the checkout is local and a reader is installed; without one,
+    refused by name, since config.json as written may differ from what vLLM plans with.
+    """
+    written = written_text(config)
+    model_type = configdefaults.text_model_type(config, written)
+    try:
+        filled = configdefaults.fill(model_type, written)
+    except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+        # A field the class's rules compute with is of the wrong kind (null layers, a text pattern): transformers
+        # would refuse the config too.
+        return (f"model type {model_type}: its config class cannot be built from config.json "
+                f"({type(exc).__name__}: {str(exc)[:200]}); check num_hidden_layers, sliding_window and the fields "
+                "the layer types are derived from")
+    if filled is not None:
+        kept["text"] = without_unset(filled)
+        kept[CONFIG_READ_BY] = f"{configdefaults.read_by()} ({model_type})"
+        return None
+    families = ", ".join(sorted(configdefaults.FAMILY_RULES))
+    resolution = hfconfig.resolve(directory) if directory is not None else None
+    if resolution is not None and resolution.text is not None:
+        # vLLM plans from its config class's attributes, defaults included: so does t4serve. A field config.json sets
+        # that the class keeps elsewhere (Gemma 4's global_head_dim, moved into per-layer values) stays as written.
+        # Its None is a decision (Qwen's sliding_window without use_sliding_window), so it overrides before the nulls
+        # are dropped as unset.
+        kept["text"] = without_unset({**kept["text"], **resolution.text})
+        kept[CONFIG_READ_BY] = resolution.by
+        return None
+    why = resolution.why_not if resolution is not None else "read from the hub, so vLLM's reader cannot open it"
+    return (f"model type {model_type or '(none)'} is not among the families whose transformers config defaults "
+            f"t4serve holds ({families}), and vLLM's config reader did not read it ({why}); config.json as written "
+            "may differ from what vLLM plans with: run `t4serve plan` in the image, or download the checkpoint there")
+
+
 def quant_method(config: dict[str, Any]) -> str | None:
     qc = config.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("quant_method"), str):
@@ -364,27 +412,13 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
     if not isinstance(config, dict):
         return _invalid(requested, directory, f"{config_path}: a JSON {type(config).__name__}, not an object")
     kept = planning_config(config)
-    resolution = hfconfig.resolve(directory)
-    raw_text = kept["text"]
-    if resolution.text is not None:
-        # vLLM plans from its config class's attributes, defaults included: so does t4serve. A field config.json sets
-        # that the class keeps elsewhere (Gemma 4's global_head_dim, moved into per-layer values) stays as written.
-        # Its None is a decision (Qwen's sliding_window without use_sliding_window), so it overrides before the nulls
-        # are dropped as unset.
-        merged = {**raw_text, **resolution.text}
-        kept["text"] = {k: v for k, v in merged.items() if not (k in TEXT_INTS and v is None)}
-        kept[CONFIG_READ_BY] = resolution.by
-    else:
-        kept[CONFIG_READ_BY] = None
-        kept[CONFIG_UNRESOLVED] = {"why": resolution.why_not, "fields": hfconfig.unresolved_fields(raw_text)}
+    refused = read_text_config(config, kept, directory)
+    if refused is not None:
+        return _invalid(requested, directory, f"{config_path}: {refused}")
     try:
         check_text_config(kept["text"])
     except Untrusted as exc:
-        detail = exc.reason
-        if resolution.text is None:
-            detail += (f"; config.json was read as written, not through vLLM's config class, whose defaults may fill "
-                       f"it ({resolution.why_not}): run t4serve in the image, or write the field into config.json")
-        return _invalid(requested, directory, f"{config_path}: {detail}")
+        return _invalid(requested, directory, f"{config_path}: {exc.reason}")
     index_path = directory / "model.safetensors.index.json"
     # Names from the index stay inside the checkout (checked by name: a local directory's own symlinks are its
     # owner's choice); in the HF cache every file, links resolved, stays inside its repo folder (snapshots -> blobs).
@@ -451,9 +485,9 @@ def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
     if not isinstance(config, dict):
         return _invalid(repo, None, f"remote config.json: a JSON {type(config).__name__}, not an object"), ""
     kept = planning_config(config)
-    kept[CONFIG_READ_BY] = None
-    kept[CONFIG_UNRESOLVED] = {"why": "read from the hub, not from a local checkout vLLM's reader could open",
-                               "fields": hfconfig.unresolved_fields(kept["text"])}
+    refused = read_text_config(config, kept, None)
+    if refused is not None:
+        return _invalid(repo, None, f"remote config.json: {refused}"), ""
     try:
         check_text_config(kept["text"])
     except Untrusted as exc:

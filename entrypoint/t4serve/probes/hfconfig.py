@@ -1,4 +1,4 @@
-"""A checkpoint's text config as vLLM reads it, where vLLM is installed; else config.json as written, named so.
+"""A checkpoint's text config as vLLM reads it, for the model types t4serve.probes.configdefaults does not hold.
 
 vLLM does not plan from the raw JSON: `vllm.transformers_utils.config.get_config` builds transformers' config class,
 whose defaults fill every field the file leaves out (the published Gemma 3 configs name no heads, head size, layer
@@ -6,8 +6,7 @@ types or vocabulary), and `get_hf_text_config` takes its text part. `resolve(dir
 Python (`python -m t4serve.probes.hfconfig DIR`: importing vLLM costs seconds and memory t4serve's own process should
 not keep), offline, bounded in time, and returns the text config's plain attributes. Where neither vLLM nor transformers
 is importable (the unit-test venv, a laptop running `t4serve plan --gpu t4`), or the reader fails, the result says
-why, and t4serve.probes.checkpoint keeps config.json's own fields, naming those it leaves to defaults
-(`unresolved_fields`).
+why, and t4serve.probes.checkpoint refuses the model by name.
 """
 
 from __future__ import annotations
@@ -27,19 +26,6 @@ from t4serve import untrusted
 RESOLVE_TIMEOUT_S = 120
 # Bounds on what the child may hand back (a text config is a few KB; Gemma 3's layer_types is the longest field).
 MAX_OUTPUT_BYTES = 4 * 1000 * 1000
-# The text-config fields t4serve's sizing reads, and what it assumes for each when config.json leaves it out and no
-# config class was there to default it (t4serve.planning.kvcache, t4serve.planning.sizing).
-SIZING_FIELDS: dict[str, str] = {
-    "num_key_value_heads": "num_attention_heads",
-    "head_dim": "hidden_size / num_attention_heads",
-    "sliding_window": "no sliding window",
-    "layer_types": "no per-layer types (a model-level sliding_window then applies to every layer)",
-    "max_position_embeddings": "vLLM's 2048 when no length key is set",
-    "vocab_size": "0 in the activation estimate",
-    "intermediate_size": "0 in the activation estimate",
-}
-
-
 # The text-config key the reader adds for per-layer values (t4serve.planning.kvcache.layer_heads reads it), and the
 # fields.
 LAYER_OVERRIDES = "layer_overrides"
@@ -93,11 +79,6 @@ def resolve(directory: Path, timeout: float = RESOLVE_TIMEOUT_S) -> Resolution:
     if not isinstance(text, dict) or not isinstance(by, str):
         return Resolution(None, "", "vLLM's config reader gave no text config")
     return Resolution(text, by, None)
-
-
-def unresolved_fields(text: dict[str, Any]) -> list[str]:
-    """The sizing fields a raw text config leaves unset: a config class would have defaulted them."""
-    return [name for name in SIZING_FIELDS if text.get(name) is None]
 
 
 def _plain(value: Any, depth: int = 0) -> Any:

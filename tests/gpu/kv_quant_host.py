@@ -1,0 +1,254 @@
+"""The quantized KV caches on a GPU host sized as a T4: int8 and int4 against the 16-bit cache, on one checkpoint.
+
+    python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--timeout 900]
+
+1. Writes WORK/checkpoints/bf16-random: Gemma 4 E2B's bf16 checkpoint (tests/unit/e2b_checkpoint.py) with seeded
+   random, non-zero weights (`randomize`: linear weights N(0, 1/fan_in), norms 1 + N(0, 0.02), the rest N(0, 0.02)),
+   so attention, and so the KV cache, carries signal (zero weights give every cache dtype the same zeros).
+2. For each T4SERVE_KV_CACHE_DTYPE (auto first: the reference), one `t4serve serve` sized as a T4
+   (T4SERVE_SIZE_AS=t4, the canary off: random weights answer nothing sensible): its phase, vLLM's logged KV figures
+   (state.json `figures`) beside the plan's (`predictions`), and whether they are equal; a start that fails is
+   recorded with its log's tail (a quantized cache vLLM cannot run on the card is then refused by name).
+3. The numerics: a fixed prompt set (PROMPT_LENGTHS, seeded token ids, past the 512-token window so the sliding and
+   the full layers read the cache) sent with `prompt_logprobs`: at every prompt position vLLM returns the top
+   TOP_K tokens with log-probabilities, computed with the cache of this dtype. `compare` gives the top-1 agreement
+   with the 16-bit cache over all positions, and the largest difference of the log-probability the two assign to the
+   reference's top-1 token (a logit difference less the change of the normaliser), with how many positions lost that
+   token from the top TOP_K. Greedy continuations (GREEDY_TOKENS) are compared too.
+4. With --bench: `t4serve bench` at 4,096 input tokens and 16 streams against each server in turn (its report, raw
+   results and the throughput line per dtype in OUT/bench-KIND).
+
+OUT gets kv-quant.json (every figure above, the vLLM version, the servers' settings), each server's log, and the bench
+folders. A measuring tool for the GPU host, not a test; tests/unit/test_gpu_kv_quant.py checks its pure parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+
+SEED = 34
+PROMPT_LENGTHS = (64, 600, 1500, 3000, 6000)
+PROMPTS_PER_LENGTH = 4
+TOP_K = 5
+GREEDY_TOKENS = 32
+# Below the smallest E2B vocabulary id the tests' tokenizer maps to a word, above its special tokens.
+TOKEN_RANGE = (1000, 200000)
+KINDS = ("auto", "int8", "int4")
+FLOAT_DTYPES = {"BF16", "F16", "F32"}
+CHUNK = 1 << 24  # values generated and written at once
+# The figures vLLM logs that the plan states exactly (its memory figures are predictions, compared elsewhere).
+KV_FIGURES = ("kv_tokens", "max_concurrency", "max_model_len")
+
+
+def randomize(directory: Path, seed: int = SEED) -> int:
+    """Fill every floating-point tensor of the safetensors files in `directory` with seeded random values, in place
+    (headers untouched, integer tensors untouched); returns the bytes written."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    written = 0
+    for path in sorted(directory.glob("*.safetensors")):
+        with path.open("r+b") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+            base = 8 + size
+            for name in sorted(k for k in header if k != "__metadata__"):
+                info = header[name]
+                if info["dtype"] not in FLOAT_DTYPES:
+                    continue
+                begin, end = info["data_offsets"]
+                shape = info["shape"]
+                if "norm" in name:
+                    mean, std = 1.0, 0.02
+                elif len(shape) == 2 and "embed" not in name:
+                    mean, std = 0.0, 1.0 / max(shape[-1], 1) ** 0.5
+                else:
+                    mean, std = 0.0, 0.02
+                item = 4 if info["dtype"] == "F32" else 2
+                count = (end - begin) // item
+                f.seek(base + begin)
+                for start in range(0, count, CHUNK):
+                    values = (rng.standard_normal(min(CHUNK, count - start), dtype=np.float32) * std + mean)
+                    f.write(_encode(values, info["dtype"]))
+                written += end - begin
+    return written
+
+
+def _encode(values: Any, dtype: str) -> bytes:
+    import numpy as np
+
+    if dtype == "F32":
+        return bytes(values.astype("<f4").tobytes())
+    if dtype == "F16":
+        return bytes(values.astype("<f2").tobytes())
+    # bfloat16: the upper half of each float32, rounded to nearest even.
+    bits = values.astype("<f4").view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return bytes(rounded.astype("<u2").tobytes())
+
+
+def prompts(seed: int = SEED) -> list[list[int]]:
+    """The fixed prompt set: PROMPTS_PER_LENGTH seeded token-id prompts of each of PROMPT_LENGTHS."""
+    rng = random.Random(seed)
+    return [[rng.randrange(*TOKEN_RANGE) for _ in range(n)] for n in PROMPT_LENGTHS for _ in range(PROMPTS_PER_LENGTH)]
+
+
+def top_tokens(prompt_logprobs: list[Any]) -> list[dict[int, float]]:
+    """vLLM's `prompt_logprobs` (per position None or {token_id: {"logprob", "rank", ...}}) as {token: logprob} per
+    position, the first position (no logprobs) left out."""
+    out = []
+    for position in prompt_logprobs:
+        if position is None:
+            continue
+        out.append({int(t): float(v["logprob"]) for t, v in position.items()})
+    return out
+
+
+def compare(reference: list[list[dict[int, float]]], other: list[list[dict[int, float]]]) -> dict[str, Any]:
+    """Top-1 agreement and the largest log-probability difference on the reference's top-1 token, over every position
+    of every prompt (lists of per-prompt, per-position {token: logprob})."""
+    positions = agree = missing = 0
+    largest = 0.0
+    for ref_prompt, other_prompt in zip(reference, other, strict=True):
+        for ref, oth in zip(ref_prompt, other_prompt, strict=True):
+            positions += 1
+            ref_top = max(ref, key=lambda t: ref[t])
+            oth_top = max(oth, key=lambda t: oth[t])
+            agree += ref_top == oth_top
+            if ref_top in oth:
+                largest = max(largest, abs(ref[ref_top] - oth[ref_top]))
+            else:
+                missing += 1
+    return {"positions": positions, "top1_agreement": agree / positions if positions else None,
+            "largest_top1_logprob_difference": round(largest, 6), f"top1_not_in_top{TOP_K}": missing}
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        data: dict[str, Any] = json.loads(response.read())
+        return data
+
+
+def measure(base_url: str, model: str) -> dict[str, Any]:
+    """prompt_logprobs and a greedy continuation of every prompt, from one server."""
+    logprobs, greedy = [], []
+    for ids in prompts():
+        body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": TOP_K}
+        choice = post(f"{base_url}/v1/completions", body)["choices"][0]
+        logprobs.append(top_tokens(choice["prompt_logprobs"]))
+        body = {"model": model, "prompt": ids, "max_tokens": GREEDY_TOKENS, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+        greedy.append(post(f"{base_url}/v1/completions", body)["choices"][0].get("token_ids"))
+    return {"logprobs": logprobs, "greedy": greedy}
+
+
+def greedy_agreement(reference: list[Any], other: list[Any]) -> dict[str, Any]:
+    """How many greedy continuations are identical, and the mean length of the common prefix."""
+    pairs = [(a or [], b or []) for a, b in zip(reference, other, strict=True)]
+    prefix = []
+    for a, b in pairs:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        prefix.append(n)
+    return {"identical": sum(a == b and bool(a) for a, b in pairs), "of": len(pairs),
+            "mean_common_prefix": sum(prefix) / len(prefix) if prefix else None}
+
+
+def kv_figures(state: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's logged KV figures beside the plan's, from the wrapper's state.json."""
+    figures = {k: v.get("value") for k, v in (state.get("figures") or {}).items()}
+    predictions = {k: v.get("value") for k, v in (state.get("predictions") or {}).items()}
+    keys = sorted(set(figures) & set(predictions) & set(KV_FIGURES))
+    return {"logged": figures, "planned": predictions, "equal": {k: figures[k] == predictions[k] for k in keys}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("work", type=Path)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--bench", action="store_true", help="also t4serve bench at 4096 tokens and 16 streams")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds a server may take to become ready")
+    args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    if kinds[0] != "auto" or not set(kinds) <= set(KINDS):
+        print(f"--kinds: auto first, then any of {', '.join(KINDS[1:])}", file=sys.stderr)
+        return 2
+    from e2b_checkpoint import write_checkpoint  # type: ignore[import-not-found]
+    from realserve import Server, vllm_version, write_json
+
+    out, work = args.out, args.work
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = work / "checkpoints" / "bf16-random"
+    if not (ckpt / "config.json").is_file():
+        tmp = ckpt.with_name(".bf16-random.writing")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_checkpoint(tmp, "bf16", sparse=True, tokenizer=True, processor=True)
+        randomize(tmp)
+        tmp.rename(ckpt)
+    record: dict[str, Any] = {"vllm": vllm_version(), "checkpoint": str(ckpt), "seed": SEED,
+                              "prompt_lengths": PROMPT_LENGTHS, "prompts_per_length": PROMPTS_PER_LENGTH,
+                              "top_k": TOP_K, "servers": {}}
+    measured: dict[str, dict[str, Any]] = {}
+    try:
+        for i, kind in enumerate(kinds):
+            server = Server(f"kv-{kind}", work / f"kv-{kind}", str(ckpt), 8600 + i, env={
+                "T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", "T4SERVE_KV_CACHE_DTYPE": kind,
+                "T4SERVE_SERVED_MODEL_NAME": f"kv-{kind}"})
+            began = time.time()
+            server.start()
+            try:
+                phase = server.wait_phase(("ready", "failed"), args.timeout)
+                entry: dict[str, Any] = {"phase": phase, "ready_s": round(time.time() - began, 1),
+                                         "env": server.environment_added(), **kv_figures(server.state())}
+                print(f"kv-{kind}: {phase} after {entry['ready_s']} s; KV figures equal: {entry['equal']}", flush=True)
+                if phase != "ready":
+                    entry["log_tail"] = server.log()[-6000:]
+                else:
+                    measured[kind] = measure(server.base_url, f"kv-{kind}")
+                    if kind != "auto" and "auto" in measured:  # compared at once: a hold cut short keeps it
+                        record.setdefault("numerics", {})[kind] = {
+                            **compare(measured["auto"]["logprobs"], measured[kind]["logprobs"]),
+                            "greedy": greedy_agreement(measured["auto"]["greedy"], measured[kind]["greedy"])}
+                    if args.bench:
+                        cmd = ["t4serve", "bench", "--models", f"kv-{kind}", "--base-url",
+                               f"kv-{kind}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",
+                               "--concurrency", "16", "--repeats", "3", "--warmup-run",
+                               "--output", str(out / f"bench-{kind}")]
+                        entry["bench_command"] = cmd
+                        entry["bench_exit"] = subprocess.run(cmd, env=server.environment(), timeout=3600).returncode
+                record["servers"][kind] = entry
+                write_json(out / "kv-quant.json", record)  # after each server: a hold cut short keeps the rest
+            finally:
+                server.kill()
+                if server.log_path.exists():
+                    shutil.copy2(server.log_path, out / f"kv-{kind}-serve.log")
+        if "auto" in measured:
+            record["numerics"] = {
+                kind: {**compare(measured["auto"]["logprobs"], m["logprobs"]),
+                       "greedy": greedy_agreement(measured["auto"]["greedy"], m["greedy"])}
+                for kind, m in measured.items() if kind != "auto"}
+            print(json.dumps(record["numerics"], indent=1), flush=True)
+    finally:
+        write_json(out / "kv-quant.json", record)
+    ok = all(e["phase"] == "ready" and all(e["equal"].values()) for e in record["servers"].values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

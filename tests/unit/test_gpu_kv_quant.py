@@ -1,0 +1,88 @@
+"""The pure parts of tests/gpu/kv_quant_host.py (the GPU host's quantized-KV run): seeded random weights written in
+place, the fixed prompt set, and the comparisons against the 16-bit cache. The serving itself needs a GPU."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from e2b_checkpoint import write_safetensors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+import kv_quant_host as kq
+
+
+def tensor(path: Path, name: str) -> tuple[str, bytes]:
+    with path.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        begin, end = header[name]["data_offsets"]
+        f.seek(8 + size + begin)
+        return header[name]["dtype"], f.read(end - begin)
+
+
+def test_randomize_fills_float_tensors_seeded_and_leaves_the_rest(tmp_path: Path) -> None:
+    tensors = [("model.layers.0.q_proj.weight", "BF16", [64, 256]), ("model.norm.weight", "F32", [256]),
+               ("model.embed_tokens.weight", "F16", [100, 64]), ("model.layers.0.q_proj.weight_shape", "I64", [2])]
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        write_safetensors(tmp_path / d / "model.safetensors", tensors, sparse=True)
+    header_before = (tmp_path / "a" / "model.safetensors").read_bytes()[:200]
+    written = kq.randomize(tmp_path / "a")
+    kq.randomize(tmp_path / "b")
+    assert written == 64 * 256 * 2 + 256 * 4 + 100 * 64 * 2
+    a, b = tmp_path / "a" / "model.safetensors", tmp_path / "b" / "model.safetensors"
+    assert a.read_bytes() == b.read_bytes()  # seeded
+    assert a.read_bytes()[:200] == header_before
+    _, raw = tensor(a, "model.layers.0.q_proj.weight")
+    linear = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+    assert linear.std() == pytest.approx(1 / 16, rel=0.05) and np.count_nonzero(linear) > 0.99 * linear.size
+    _, raw = tensor(a, "model.norm.weight")
+    assert np.frombuffer(raw, "<f4").mean() == pytest.approx(1.0, abs=0.01)
+    assert tensor(a, "model.layers.0.q_proj.weight_shape")[1] == b"\0" * 16
+
+
+def test_bfloat16_rounds_to_nearest() -> None:
+    values = np.array([1.0, -2.5, 1.00390625], dtype=np.float32)  # the last: halfway, rounds to even (1.0)
+    out = np.frombuffer(kq._encode(values, "BF16"), "<u2")
+    assert list(out) == [0x3F80, 0xC020, 0x3F80]
+
+
+def test_prompts_are_fixed_and_past_the_window() -> None:
+    first, again = kq.prompts(), kq.prompts()
+    assert first == again and len(first) == len(kq.PROMPT_LENGTHS) * kq.PROMPTS_PER_LENGTH
+    assert max(len(p) for p in first) > 512
+
+
+def test_compare_counts_agreement_and_the_largest_difference() -> None:
+    ref = [[{1: -0.1, 2: -2.0}, {3: -0.5, 4: -1.0}]]
+    other = [[{1: -0.3, 2: -1.9}, {4: -0.2, 5: -3.0}]]
+    result = kq.compare(ref, other)
+    assert result["positions"] == 2 and result["top1_agreement"] == 0.5
+    assert result["largest_top1_logprob_difference"] == pytest.approx(0.2)
+    assert result[f"top1_not_in_top{kq.TOP_K}"] == 1
+
+
+def test_prompt_logprobs_as_vllm_returns_them() -> None:
+    raw = [None, {"17": {"logprob": -0.5, "rank": 1, "decoded_token": "a"}}]
+    assert kq.top_tokens(raw) == [{17: -0.5}]
+    assert kq.greedy_agreement([[1, 2, 3], [4, 5]], [[1, 2, 9], [4, 5]]) == {
+        "identical": 1, "of": 2, "mean_common_prefix": 2.0}
+
+
+def test_kv_figures_compare_logged_with_planned() -> None:
+    state = {"figures": {"kv_tokens": {"value": 5}, "max_concurrency": {"value": 1.5},
+                         "model_memory_gib": {"value": 9}},
+             "predictions": {"kv_tokens": {"value": 5}, "max_concurrency": {"value": 1.4},
+                             "model_memory_gib": {"value": 8}}}
+    # Only the KV figures, which the plan states exactly; memory is a prediction.
+    assert kq.kv_figures(state)["equal"] == {"max_concurrency": False, "kv_tokens": True}
+
+
+def test_kinds_must_start_with_the_reference(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert kq.main([str(tmp_path / "out"), str(tmp_path), "--kinds", "int8,auto"]) == 2
+    assert "auto first" in capsys.readouterr().err

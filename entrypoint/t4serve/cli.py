@@ -192,17 +192,19 @@ def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
 
 
-def wait_after_config_error(message: str) -> None:
-    """Leave `message` in the state folder for healthcheck and status, say why this process does not exit, and
-    return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
-    from t4serve.atomic import write_atomic
+def wait_after_config_error(error: ConfigError) -> None:
+    """Leave `error` in the state folder for healthcheck and status (the phase config_error), say why this process
+    does not exit, and return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
+    import time
+
     from t4serve.supervise.readout import default_state_dir
-    from t4serve.supervise.state import CONFIG_ERROR_FILE
+    from t4serve.supervise.state import ConfigErrorRecord, write_config_error
 
     # Blocked first, so a stop signal sent while the file is written waits for sigwait instead of being lost.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    record = ConfigErrorRecord(error.what, error.found, error.required, error.fix, time.time())
     with contextlib.suppress(OSError):  # a state folder that cannot be written only loses the healthcheck's line
-        write_atomic(default_state_dir() / CONFIG_ERROR_FILE, message + "\n", mode=0o600)
+        write_config_error(default_state_dir(), record)
     click.echo(
         "t4serve: T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting, so a restart policy "
         "does not rerun a setting that cannot work; fix it, then `docker compose up -d` (it recreates the "
@@ -221,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             exec_program(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
-        return _failed(exc.exit_code, exc.message(), args)
+        return _failed(exc, args)
     except click.exceptions.Abort:
         click.echo("t4serve: aborted", err=True)
         return 130
@@ -229,12 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args[:1] != ["serve"] or exc.ctx is None or exc.ctx.info_name != "serve":
             exc.show()
             return exc.exit_code
-        error = unknown_serve_option(exc, args)
-        return _failed(error.exit_code, error.message(), args)
+        return _failed(unknown_serve_option(exc, args), args)
     except click.ClickException as exc:
         exc.show()
         if args[:1] == ["serve"] and exc.exit_code == ConfigError.exit_code:
-            return _failed(exc.exit_code, exc.format_message(), args, shown=True)
+            return _failed(ConfigError(exc.format_message()), args, shown=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
@@ -245,14 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
-def _failed(code: int, message: str, args: Sequence[str], shown: bool = False) -> int:
+def _failed(error: T4ServeError, args: Sequence[str], shown: bool = False) -> int:
     """Print a failure (unless click has), then exit with its code; `serve`'s configuration error waits first when
     T4SERVE_ON_CONFIG_ERROR=wait."""
     if not shown:
-        click.echo(f"t4serve: {message}", err=True)
-    if code == ConfigError.exit_code and args[:1] == ["serve"] and config_error_waits(args, dict(os.environ)):
-        wait_after_config_error(message)
-    return code
+        click.echo(f"t4serve: {error.message()}", err=True)
+    if isinstance(error, ConfigError) and args[:1] == ["serve"] and config_error_waits(args, dict(os.environ)):
+        wait_after_config_error(error)
+    return error.exit_code
 
 
 if __name__ == "__main__":

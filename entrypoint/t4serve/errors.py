@@ -2,8 +2,8 @@
 
 Every failure a user can meet says what failed, what was found, what is required, and what fixes it.
 Exit codes are fixed per class: usage/config 2, preflight 3, patch 4, Docker engine 5, benchmark 6, internal 70.
-EXIT_CODES is the table every command keeps to, in every output form (`--json` or text); README's copy is generated
-from it (`exit_codes_markdown`) and a unit test keeps them equal.
+EXIT_CODES is the table every command keeps to, in every output form (`--json` or text); docs/reference.md's copy is
+generated from it (`exit_codes_markdown`) and a unit test keeps them equal.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
 
 
 def exit_codes_markdown() -> str:
-    """README's exit-code table, from EXIT_CODES."""
+    """docs/reference.md's exit-code table, from EXIT_CODES."""
     lines = ["| exit | meaning | from |", "|---|---|---|"]
     lines += [f"| {code} | {meaning} | {where} |" for code, meaning, where in EXIT_CODES]
     return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ from typing import Any
 
 from ballast import T4_MEMORY_BYTES, Ballast  # noqa: F401 - re-exported: the tests take them from here
 
-from t4serve.supervise.run_vllm import descendants, kill_tree
+from t4serve.supervise.children import descendants, kill_tree
 
 HERE = Path(__file__).resolve().parent
 PROBE_HOOK = HERE / "probe_hook"

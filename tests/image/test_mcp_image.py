@@ -4,8 +4,9 @@ memory) and the real engine adapter (the docker and docker-compose clients), wit
 The whole path: start_vllm_server brings up the stand-in image (built by test_supervision's fixture) with compose,
 serving a model folder of this host (a Gemma 4 E2B test checkpoint with a word-level tokenizer, mounted read-only),
 while a second start is answered "busy"; server_status reaches ready; query answers; server_logs is bounded;
-run_benchmark runs the real `t4serve bench` (vLLM's own `vllm bench serve`) in the container and benchmark_status
-follows it to a finished report whose figures come back in the result; stop_vllm_server stops it and nothing is left
+run_benchmark runs the real `t4serve bench` (vLLM's own `vllm bench serve`) in the container through `t4serve bench
+start` and benchmark_status follows it through `t4serve bench status` (typed answers: t4serve.contract) to a finished
+report whose figures come back in the result; stop_vllm_server stops it and nothing is left
 (no container, network or anonymous volume of the project). Then: a start whose container exits at once (a bad token
 file: exit 2) returns the exit code and the log lines, and a cancelled verify_turing_patch leaves no container and no
 client process behind.
@@ -200,6 +201,8 @@ def test_the_whole_path_through_mcp(docker_bin: str, deployment: Deployment, tmp
     assert "## input 32 tokens" in done["report_md"]
     host = Path(done["host_folder"])
     assert (host / "result" / "runs.json").is_file() and (host / "bench.log").is_file()
+    # The container's typed answer (t4serve bench status --json) kept beside the copy: what is read from now on.
+    assert (host / "answer.json").is_file()
     assert done["plots"] and all(Path(p).is_file() and Path(p).stat().st_size > 5000 for p in done["plots"])
     assert results["bench_after_stop"]["cells"] == done["cells"]
 

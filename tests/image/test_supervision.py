@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from t4serve.contract import StatusAnswer, read_answer
+from t4serve.serde import to_dict
+
 from .conftest import REPO
 
 pytestmark = pytest.mark.image
@@ -65,8 +68,13 @@ def dexec(docker: str, name: str, *args: str) -> subprocess.CompletedProcess[str
 
 
 def state(docker: str, name: str) -> dict[str, Any]:
-    out = dexec(docker, name, "t4serve", "status", "--json")
-    return json.loads(out.stdout) if out.returncode == 0 else {}
+    """The server's state as the host reads it: `t4serve status --json`'s typed answer (t4serve.contract)."""
+    argv = ["t4serve", "status", "--json"]
+    out = dexec(docker, name, *argv)
+    if out.returncode != 0:
+        return {}
+    answer = read_answer(StatusAnswer, argv, out.returncode, out.stdout, out.stderr, name)
+    return to_dict(answer.state) if answer.state is not None else {"phase": answer.phase}
 
 
 def wait_phase(docker: str, name: str, phases: set[str], timeout: float = 60.0) -> dict[str, Any]:

@@ -2,18 +2,21 @@
 and compose CLIs (docker info / image inspect / run --rm / compose up, ps, stop, rm, down / logs / exec / port / cp).
 
 It keeps the engine's state in memory: whether the image exists (and its build manifest), the compose service's one
-container, its log lines and the server's state file (what `t4serve status --json` prints in the container). `up`
-writes `state_on_up` as the state file, as t4serve in a started container does within seconds; with `exit_on_up` the
+container, its log lines and the server's state (`state`, written as the state file the container's t4serve reads).
+`up` sets `state_on_up` as the state, as t4serve in a started container does within seconds; with `exit_on_up` the
 container exits at once instead, with that code and `log_lines`, as one with a bad setting does; with
-`config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait. The
-container's /cache/t4serve/bench folder is a real folder under `root`, and `exec` of python3 runs the given script
-against it with this Python, so the tool's in-container reader runs for real. Every call is recorded in `calls`.
+`config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait (the
+state folder then holds that error, as `serve` leaves it). `exec` of `t4serve ...` runs this checkout's real t4serve
+in a child process, with the container's state folder and cache volume as folders under `root` (and `pythonpath`,
+for a stand-in of what bench's client imports of vLLM), so every answer the host reads is the real command's. Every
+call is recorded in `calls`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
-from t4serve.serde import to_dict
-from t4serve.supervise.state import CONFIG_ERROR_WHAT, ServeState
+from t4serve.supervise.state import (
+    CONFIG_ERROR_FILE,
+    STATE_FILE,
+    ConfigErrorRecord,
+    ServeState,
+    write_config_error,
+    write_state,
+)
+
+# The container's T4SERVE_STATE_DIR and T4SERVE_CACHE_DIR (the image's defaults).
+STATE_DIR = "/tmp/t4serve"
+CACHE_DIR = "/cache/t4serve"
 
 
 @dataclass
@@ -48,13 +61,17 @@ class FakeEngine:
     api_port: int | None = None
     published_container_port: int = 8000
     calls: list[tuple[str, object]] = field(default_factory=list)
+    # A folder on the container's PYTHONPATH (a stand-in for what bench's client imports of vLLM), or None.
+    pythonpath: Path | None = None
 
     @property
     def project_directory(self) -> Path:
         return self.root / "project"
 
     def in_container(self, path: str) -> Path:
-        """Where a container path lives in this double's file system."""
+        """Where a container path lives in this double's file system (a path already under it stays as it is)."""
+        if Path(path).is_relative_to(self.root):
+            return Path(path)
         return self.root / "container" / path.lstrip("/")
 
     def info(self) -> EngineInfo:
@@ -66,16 +83,19 @@ class FakeEngine:
             return None
         return ImageInfo(self.image_ref, "sha256:" + "ab" * 32, 9_960_000_000, "2026-12-03T10:00:00Z")
 
-    def read_image_file(self, path: str) -> str | None:
-        self.calls.append(("read_image_file", path))
-        if not self.image_present or self.manifest is None:
-            return None
-        return json.dumps(self.manifest)
-
     def run_in_image(self, args: Sequence[str], timeout: float) -> Completed:
         self.calls.append(("run_in_image", list(args)))
-        out = "step 1: clamp located\nstep 2: compiled for sm_75: 65,536 B\nstep 3: interpreter max abs error 0.0"
-        return Completed(self.verify_code, out if self.verify_code == 0 else "step 2: FAILED", "")
+        if list(args[:1]) == ["patch"]:
+            # `patch verify` needs vLLM and Triton: its output as the image's prints it.
+            out = "step 1: clamp located\nstep 2: compiled for sm_75: 65,536 B\nstep 3: interpreter max abs error 0.0"
+            return Completed(self.verify_code, out if self.verify_code == 0 else "step 2: FAILED", "")
+        # Anything else is this checkout's t4serve, with the image's build manifest at T4SERVE_MANIFEST.
+        manifest = self.in_container("/etc/t4serve/build-manifest.json")
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.unlink(missing_ok=True)
+        if self.manifest is not None:
+            manifest.write_text(json.dumps(self.manifest))
+        return self._t4serve(args, {"T4SERVE_MANIFEST": str(manifest)})
 
     def build_image(self, on_line: Callable[[str], None], timeout: float = 3600.0) -> Completed:
         self.calls.append(("build_image", None))
@@ -123,20 +143,37 @@ class FakeEngine:
 
     def exec(self, container: str, args: Sequence[str], detach: bool = False) -> Completed:
         self.calls.append(("exec", (list(args), detach)))
-        if list(args[:3]) == ["t4serve", "status", "--json"]:
-            if self.config_error is not None and self.container is not None and self.container.state == "running":
-                return Completed(2, "", f"t4serve: {CONFIG_ERROR_WHAT}\n  found: {self.config_error}\n")
-            if self.state is None:
-                return Completed(2, "", "t4serve: cannot read the state file /tmp/t4serve/state.json")
-            return Completed(0, json.dumps(to_dict(self.state)), "")
-        if args[0] == "python3":
-            # The tool's reader script, run here against this double's copy of the container's folder.
-            mapped = [str(self.in_container(a)) if a.startswith("/cache/") else a for a in args[1:]]
-            done = subprocess.run([sys.executable, *mapped], capture_output=True, text=True, timeout=30)
-            return Completed(done.returncode, done.stdout, done.stderr)
-        if args[0] == "sh":
-            return Completed(0, "", "")
-        return Completed(127, "", f"{args[0]}: not found")
+        if args[0] != "t4serve":
+            return Completed(127, "", f"{args[0]}: not found")
+        self._write_state_folder()
+        return self._t4serve(args[1:], {})
+
+    def _t4serve(self, args: Sequence[str], extra: Mapping[str, str]) -> Completed:
+        """This checkout's `t4serve ARGS` as the container runs it: its folders under `root`, `bin` first on PATH."""
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "HF_"))}
+        env = {**keep, "T4SERVE_STATE_DIR": str(self.in_container(STATE_DIR)),
+               "T4SERVE_CACHE_DIR": str(self.in_container(CACHE_DIR)), "HF_HUB_OFFLINE": "1",
+               "PATH": f"{self.root / 'bin'}{os.pathsep}{keep.get('PATH', '')}", **extra}  # fmt: skip
+        if self.pythonpath is not None:
+            env["PYTHONPATH"] = str(self.pythonpath)
+        done = subprocess.run([sys.executable, "-m", "t4serve", *args], capture_output=True, text=True,
+                              timeout=60, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
+        return Completed(done.returncode, done.stdout, done.stderr)
+
+    def _write_state_folder(self) -> None:
+        """The container's state folder as this double's state says: state.json, or the configuration error."""
+        folder = self.in_container(STATE_DIR)
+        folder.mkdir(parents=True, exist_ok=True)
+        waiting = self.config_error is not None and self.container is not None and self.container.state == "running"
+        for name, wanted in ((STATE_FILE, self.state is not None and not waiting), (CONFIG_ERROR_FILE, waiting)):
+            if not wanted:
+                (folder / name).unlink(missing_ok=True)
+        if waiting:
+            assert self.config_error is not None
+            write_config_error(folder, ConfigErrorRecord(self.config_error, "T4SERVE_PORT=x (from env)",
+                                                         "a port number", "unset T4SERVE_PORT", 1_790_000_000.0))
+        elif self.state is not None:
+            write_state(folder, self.state)
 
     def published_port(self, container: str, port: int) -> tuple[str, int] | None:
         # `api_port` publishes the container's `published_container_port` (compose.yaml's 8000), nothing else.

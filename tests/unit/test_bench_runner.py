@@ -205,19 +205,34 @@ def test_run_bench_writes_the_folder_and_keeps_failed_runs(tmp_path: Path, stand
     assert [r["seed"] for r in data["runs"] if r["model"] == "bf16"] == [320_101, 320_102, 320_201, 320_202]
 
 
-def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_note(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_roofline_ceilings_given_first_then_headers_and_unknown_models_get_a_note(tmp_path: Path) -> None:
     from t4serve.bench.runner import roofline_ceilings
+    from t4serve.gpus import known_gpu
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    ceilings, notes = roofline_ceilings(["bf16", "qat", "org/not-here"], {"bf16": 42.0})
+    environ = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    t4, l4 = known_gpu("t4"), known_gpu("l4")
+    assert t4 is not None and l4 is not None
+    ceilings, notes = roofline_ceilings(["bf16", "qat", "org/not-here"], {"bf16": 42.0}, environ, t4)
     assert ceilings["bf16"] == 42.0
     qat = ceilings["qat"]
     assert qat is not None and qat > 100  # int4 weights read 2.47x fewer bytes than bf16's ~60 tok/s
+    assert any(n.startswith("qat: roofline ceiling on Tesla T4") for n in notes)
     assert ceilings["org/not-here"] is None
     assert any(n.startswith("org/not-here: no roofline ceiling") for n in notes)
+    # The card that runs the sweep, not always a T4: an L4 reads its weights faster.
+    on_l4, l4_notes = roofline_ceilings(["qat"], {}, environ, l4)
+    assert on_l4["qat"] is not None and on_l4["qat"] > qat and "on NVIDIA L4" in l4_notes[0]
+    # No known card here: no figure, and the note says why and how to give one.
+    none, why = roofline_ceilings(["qat"], {}, environ, None, "no GPU visible here (NVML found none)")
+    assert none == {"qat": None} and why == ["qat: no roofline ceiling: no GPU visible here (NVML found none) "
+                                             "(--ceiling qat=N gives one)"]
+
+
+def test_the_sweeps_card_is_its_first_gpu_by_name() -> None:
+    from t4serve.bench.runner import sweep_gpu
+
+    card, why = sweep_gpu({})  # this machine: no NVIDIA GPU
+    assert card is None and why.startswith("no GPU visible here")
 
 
 def serve_environ(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -383,20 +398,21 @@ with open(value("--result-dir") + "/" + name, "w") as f:
 
 @pytest.mark.parametrize("kind", ["per-run", "sweep"])
 def test_a_stopped_sweep_keeps_what_finished_and_says_it_is_partial(
-    tmp_path: Path, standin_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, standin_url: str, kind: str
 ) -> None:
     from t4serve.bench.results import read_runs
     from t4serve.bench.runner import Interrupted
 
     client = client_script(tmp_path, INTERRUPTING_CLIENT)
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, INTERRUPTING_CLIENT)))
+    # The sweep's client runs in bench's environ: the stand-in for vLLM's benchmark on its PYTHONPATH.
+    environ = {"PYTHONPATH": str(client_package(tmp_path, INTERRUPTING_CLIENT))}
     out = tmp_path / "result"
     opts = BenchOptions(models=["qat"], inputs=[32], concurrencies=[1, 2, 4], repeats=1, output_len=8, output=out,
                         base_urls={"qat": standin_url}, tokenizers={"qat": "tok"}, ceilings={"qat": 100.0},
                         vllm=str(client), client=kind, cell_timeout_s=60)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as caught:
-        run_bench(opts, environ={}, stream=io.StringIO())
+        run_bench(opts, environ=environ, stream=io.StringIO())
     assert caught.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before  # the sweep's handler is gone again
     runs_file = read_runs(out)
@@ -470,20 +486,18 @@ def two_standins() -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
     return {"A": first, "B": second}, [a, b]
 
 
-def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(tmp_path: Path) -> None:
     """--base-url: each cell's repeat a pair, back to back, A B then B A; the sweep's one client process (vLLM's
     import paid once, by the first run, a warm-up here) runs every run; each run's start and end are recorded, and
     the split (start-up against measured time) printed and reported."""
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT, import_s=0.5)))
+    environ = {"PYTHONPATH": str(client_package(tmp_path, FAKE_CLIENT, import_s=0.5))}
     urls, procs = two_standins()
     try:
         out = tmp_path / "result"
         opts = BenchOptions(["A", "B"], [32], [1, 4], 3, 8, out, base_urls=urls, tokenizers={"A": "t", "B": "t"},
                             ceilings={"A": 100.0, "B": 100.0}, warmup_run=True)  # fmt: skip
         stream = io.StringIO()
-        bench_to_the_end(opts, {}, stream)
+        bench_to_the_end(opts, environ, stream)
     finally:
         for proc in procs:
             proc.terminate()
@@ -523,16 +537,16 @@ def test_resident_servers_are_interleaved_pair_by_pair_by_one_client_process(
 
 
 def test_a_run_past_its_timeout_stops_the_sweeps_client_and_the_next_run_starts_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+    tmp_path: Path, standin_url: str
 ) -> None:
     sleepy = FAKE_CLIENT.replace("c = int(", "import time\nif seed % 10 == 1 and int(value('--max-concurrency')) == 2:"
                                  "\n    time.sleep(60)\nc = int(", 1)
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, sleepy)))
+    environ = {"PYTHONPATH": str(client_package(tmp_path, sleepy))}
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1, 2, 4], 1, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
                         ceilings={"qat": 100.0}, cell_timeout_s=3)  # fmt: skip
     began = time.monotonic()
-    bench_to_the_end(opts, {}, io.StringIO())
+    bench_to_the_end(opts, environ, io.StringIO())
     assert time.monotonic() - began < 30
     runs = read_runs(out).runs
     assert [r.error is None for r in runs] == [True, False, True]
@@ -544,13 +558,12 @@ def test_a_run_past_its_timeout_stops_the_sweeps_client_and_the_next_run_starts_
 
 
 def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_fix_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, standin_url: str
+    tmp_path: Path, standin_url: str
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nothing-here"))
     out = tmp_path / "result"
     opts = BenchOptions(["qat"], [32], [1, 2], 2, 8, out, base_urls={"qat": standin_url}, tokenizers={"qat": "t"},
                         ceilings={"qat": 100.0})  # fmt: skip
-    bench_to_the_end(opts, {}, io.StringIO())
+    bench_to_the_end(opts, {"PYTHONPATH": str(tmp_path / "nothing-here")}, io.StringIO())
     runs = read_runs(out).runs
     assert len(runs) == 4 and all(r.figures is None for r in runs)
     error = runs[0].error or ""
@@ -562,11 +575,10 @@ def test_a_client_that_cannot_import_vllm_fails_every_run_once_and_says_how_to_f
     assert [bool(r.timing and r.timing.client_start_s) for r in runs] == [True, False, False, False]
 
 
-def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path) -> None:
     """No --base-url, two models: the real `t4serve serve` per model, one at a time; round 1 A then B, round 2 B
     (still running) then A: three starts for two repeats, each server stopped before the next one starts."""
-    monkeypatch.setenv("PYTHONPATH", str(client_package(tmp_path, FAKE_CLIENT)))
-    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn")
+    environ = serve_environ(tmp_path, T4SERVE_PREFLIGHT="warn", PYTHONPATH=str(client_package(tmp_path, FAKE_CLIENT)))
     out = tmp_path / "result"
     opts = BenchOptions(["qat", "bf16"], [32], [1], 2, 8, out, tokenizers={"qat": "t", "bf16": "t"},
                         ceilings={"qat": 100.0, "bf16": 50.0}, ready_timeout_s=90, num_prompts=4)  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from t4serve.contract import StatusAnswer, read_answer
 from t4serve.supervise.health import check, check_liveness
 from t4serve.supervise.state import CONFIG_ERROR_FILE
 
@@ -48,9 +49,16 @@ def test_a_config_error_waits_for_a_stop_signal_then_exits_2(tmp_path: Path, sig
         assert code == 1 and "stopped on a configuration error and waits" in line and BAD in line
         code, line = check_liveness(tmp_path)
         assert code == 0 and BAD in line  # a restart would meet the same setting
+        # status reports it as the phase config_error, in text and as the typed answer the host reads.
         status = subprocess.run([sys.executable, "-m", "t4serve", "status", "--state-dir", str(tmp_path)],
                                 capture_output=True, text=True, timeout=60)  # fmt: skip
-        assert status.returncode == 2 and "stopped on a configuration error" in status.stderr and BAD in status.stderr
+        assert status.returncode == 0 and "stopped on a configuration error" in status.stdout and BAD in status.stdout
+        typed = subprocess.run([sys.executable, "-m", "t4serve", "status", "--json", "--state-dir", str(tmp_path)],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        answer = read_answer(StatusAnswer, ["t4serve", "status", "--json"], typed.returncode, typed.stdout,
+                             typed.stderr, "t4serve:dev")  # fmt: skip
+        assert answer.phase == "config_error" and answer.state is None and answer.config_error is not None
+        assert BAD in answer.config_error.what and answer.config_error.fix
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -1,5 +1,5 @@
 """t4serve.commands.env: the settings in effect with their origins, secrets redacted, a bad value refused as serve
-refuses it (exit 2), and `--markdown` as the README's table."""
+refuses it (exit 2), and `--markdown` as docs/reference.md's table."""
 
 from __future__ import annotations
 

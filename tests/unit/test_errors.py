@@ -1,4 +1,4 @@
-"""t4serve.errors: one exit code per class, each documented in the README, and the message shape."""
+"""t4serve.errors: one exit code per class, each documented in docs/reference.md, and the message shape."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from t4serve import errors
 from t4serve.cli import main
 from t4serve.errors import BenchError, T4ServeError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 
 
 def _classes() -> list[type[T4ServeError]]:
@@ -25,9 +25,10 @@ def test_each_class_has_its_own_exit_code() -> None:
 
 
 def test_every_exit_code_is_in_the_table_and_the_module_doc() -> None:
-    """EXIT_CODES is the one table (README's copy is checked by test_readme_env); every error class's code is in it."""
+    """EXIT_CODES is the one table (docs/reference.md's copy is checked by test_readme_env); every error class's code
+    is in it."""
     assert {c.exit_code for c in _classes()} <= {int(code) for code, _, _ in errors.EXIT_CODES if code.isdigit()}
-    assert "| 2 | bad configuration" in README.read_text(encoding="utf-8")
+    assert "| 2 | bad configuration" in REFERENCE.read_text(encoding="utf-8")
     doc = errors.__doc__ or ""
     for c in _classes():
         assert f" {c.exit_code}" in doc, c.__name__

@@ -233,7 +233,7 @@ def test_sigterm_ends_a_wrapper_waiting_for_a_held_lock(tmp_path: Path, supervis
     """Another process holds the lock and never lets go: the wrapper, recording the next rung after vLLM died,
     waits at most atomic.LOCK_TIMEOUT_S for it, and a SIGTERM during that wait ends it at once."""
     from t4serve.supervise import compilerecord
-    from t4serve.supervise.run_vllm import descendants
+    from t4serve.supervise.children import descendants
 
     spec = _ladder_spec(tmp_path, compile_oom=True)
     cache = Path(spec.cache_dir)
@@ -509,7 +509,17 @@ def test_status_on_a_corrupt_exit_request_exits_2_in_both_forms(tmp_path: Path, 
     (tmp_path / "state" / "exit-request.json").write_text('{"code": "one"')
     outcome = _check(run_cli(["status", *(["--json"] if as_json else [])], base_environ(tmp_path)), {2},
                      f"status {'--json ' if as_json else ''}with a corrupt exit request")
-    assert "exit-request.json" in outcome.err and outcome.out == ""
+    assert "exit-request.json" in outcome.err
+    if not as_json:
+        assert outcome.out == ""
+        return
+    # --json prints no state: only the failure, typed as the host reads it (t4serve.contract).
+    from t4serve.contract import StatusAnswer, read_answer
+    from t4serve.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        read_answer(StatusAnswer, ["t4serve", "status", "--json"], 2, outcome.out, outcome.err, "t4serve:dev")
+    assert "exit request is unreadable" in caught.value.what and "exit-request.json" in (caught.value.found or "")
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])

@@ -7,6 +7,7 @@ model not benchmarked, an infinite goodput). Each failed on the code before the 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import time
@@ -117,31 +118,45 @@ def test_run_benchmark_reports_progress(tmp_path: Path) -> None:
     tried(AREA)
     result = call(env, "run_benchmark", {"inputs": [512], "concurrency": [1]}, progress=progress)
     record(AREA, Outcome(1 if result.is_error else 0, str(seen), ""), {0}, label="run_benchmark progress")
-    assert any(m and m.startswith("starting t4serve bench as run ") for m in seen)
+    assert any(m and m.startswith("starting t4serve bench") for m in seen)
     assert any(m and "started; follow it with benchmark_status" in m for m in seen)
 
 
 def test_a_running_benchmark_says_its_runs_planned_before_the_first_ends(tmp_path: Path) -> None:
-    """The runner's first line is the one benchmark_status reads runs done / planned from (0 of N)."""
-    import io
+    """runs.json holds the runs planned before the first run ends: `t4serve bench status` (what benchmark_status
+    reads) answers 0 of N while the first run waits on a server that does not answer."""
+    import socket
+    import threading
 
+    from t4serve.bench.jobs import progress
     from t4serve.bench.runner import BenchOptions, run_bench
-    from t4serve.mcp.benchtools import BENCH_PROGRESS
 
-    stream = io.StringIO()
-    out = tmp_path / "out"
-    out.mkdir()
-    opts = BenchOptions(models=["qat"], inputs=[8], concurrencies=[1, 2], repeats=1, output_len=4, output=out,
-                        num_prompts=None, base_urls={"qat": "http://127.0.0.1:9"}, tokenizers={}, ceilings={},
-                        vllm=str(tmp_path / "no-vllm"), num_warmups=0, warmup_run=False, ready_timeout_s=1.0,
-                        cell_timeout_s=5.0)  # fmt: skip
-    tried(AREA)
-    # No server and no vLLM: the runs fail, whatever the sweep ends with; the line came first.
-    with contextlib.suppress(Exception):
-        run_bench(opts, environ={"PATH": os.environ["PATH"]}, stream=stream)
-    first = BENCH_PROGRESS.findall(stream.getvalue())
-    record(AREA, Outcome(0, stream.getvalue()[:2000], ""), {0}, label="bench 0/N line")
-    assert first and first[0] == ("0", "2")
+    folder = tmp_path / "20261203-101010-abcdef"
+    out = folder / "result"
+    out.mkdir(parents=True)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers: /v1/models waits
+        port = silent.getsockname()[1]
+        opts = BenchOptions(models=["qat"], inputs=[8], concurrencies=[1, 2], repeats=1, output_len=4, output=out,
+                            num_prompts=None, base_urls={"qat": f"http://127.0.0.1:{port}"}, tokenizers={},
+                            ceilings={"qat": 1.0}, vllm=str(tmp_path / "no-vllm"), num_warmups=0, warmup_run=False,
+                            ready_timeout_s=1.0, cell_timeout_s=5.0)  # fmt: skip
+        tried(AREA)
+
+        def run() -> None:
+            # No server answers and no vLLM: the runs fail, whatever the sweep ends with.
+            with contextlib.suppress(Exception):
+                run_bench(opts, environ={"PATH": os.environ["PATH"]}, stream=io.StringIO())
+
+        sweep = threading.Thread(target=run, daemon=True)
+        sweep.start()
+        deadline = time.monotonic() + 30
+        seen = progress(folder)
+        while seen.runs_planned is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = progress(folder)
+        record(AREA, Outcome(0, str(seen), ""), {0}, label="bench 0/N before the first run")
+        assert (seen.runs_done, seen.runs_planned) == (0, 2)
+    sweep.join(60)
 
 
 # 10. bench

@@ -143,14 +143,14 @@ def test_service_absent_image_absent_and_logs(tmp_path: Path) -> None:
 
 
 def test_throwaway_container_has_no_network_and_is_removed(tmp_path: Path) -> None:
-    cli, bin_dir = engine(tmp_path, {"run": [0, '{"vllm_version": "0.33.0"}', ""]})
-    assert cli.read_image_file("/etc/t4serve/build-manifest.json") == '{"vllm_version": "0.33.0"}'
+    cli, bin_dir = engine(tmp_path, {"run": [0, '{"manifest": {}, "contract": 1}', ""]})
+    assert cli.run_in_image(["probe", "--manifest-only", "--json"], 60).stdout == '{"manifest": {}, "contract": 1}'
     assert cli.run_in_image(["patch", "verify"], 60).returncode == 0
     argvs = [c["argv"] for c in calls(bin_dir)]
     names = [a[3] for a in argvs]
     assert all(n.startswith("t4serve-run-") for n in names) and len(set(names)) == 2
     assert argvs[0] == ["run", "--rm", "--name", names[0], "--label", "org.t4serve.throwaway=1", "--network", "none",
-                        "--entrypoint", "cat", "t4serve:dev", "/etc/t4serve/build-manifest.json"]  # fmt: skip
+                        "--entrypoint", "t4serve", "t4serve:dev", "probe", "--manifest-only", "--json"]  # fmt: skip
     assert argvs[1] == ["run", "--rm", "--name", names[1], "--label", "org.t4serve.throwaway=1", "--network", "none",
                         "--entrypoint", "t4serve", "t4serve:dev", "patch", "verify"]  # fmt: skip
 

@@ -106,7 +106,8 @@ def test_image_manifest_read_from_the_image_or_says_why_not(engine: FakeEngine) 
     manifest = image_manifest(engine, engine.image())
     assert manifest.present and manifest.torch_arch_list == MANIFEST.torch_arch_list
     assert manifest.path == "t4serve:dev:/etc/t4serve/build-manifest.json"
-    assert ("read_image_file", "/etc/t4serve/build-manifest.json") in engine.calls
+    # Read by the image's own t4serve, as the typed answer of the host/container contract.
+    assert ("run_in_image", ["probe", "--manifest-only", "--json"]) in engine.calls
     absent = image_manifest(engine, None)
     assert not absent.present and "apply_turing_patch" in (absent.error or "")
     engine.manifest = {"torch_arch_list": "sm_75"}  # a wrong shape

@@ -516,7 +516,7 @@ def deployment_problems(objs: list[Obj]) -> list[str]:
     problems += [f"settings: {k} is not a t4serve variable" for k in data if k not in VARIABLES_BY_NAME]
 
     # Memory: pods get no swap, so the loading peak `t4serve plan` predicts must fit in the request and the limit.
-    facts = builtin_facts(MODEL_ALIASES.get(settings.model.requested, settings.model.target), "kubernetes rule test")
+    facts = builtin_facts(settings.model.target, "kubernetes rule test")
     if facts is not None:
         need_bytes = hostmem.estimate(facts, None).need_bytes.value
         for where, values in (("requests", requests), ("limits", limits)):

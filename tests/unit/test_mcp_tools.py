@@ -9,9 +9,11 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,9 @@ from mcp.types import CallToolResult, Implementation
 from sample_facts import MANIFEST
 from test_probes_gpu import FakeDevice, FakeNvml
 
-from t4serve.bench.results import RUNS_SCHEMA, Run, RunFigures, RunsFile, write_runs
 from t4serve.errors import ConfigError
 from t4serve.host.engine import ServiceContainer
 from t4serve.mcp import registry
-from t4serve.mcp.benchtools import BENCH_SCRIPT
 from t4serve.mcp.calls import ToolEnv, ToolGroup
 from t4serve.mcp.checktools import CheckTools
 from t4serve.mcp.deploylock import lock_file
@@ -772,7 +772,7 @@ def test_query_and_benchmark_use_the_port_the_server_listens_on(engine: FakeEngi
         status = ok(call(env, "server_status"))
         assert status["api_port"] == 9000 and status["api_url"] == f"http://127.0.0.1:{server.port}"
         ok(call(env, "run_benchmark"))
-        argv, _ = next(d for n, d in engine.calls if n == "exec" and d[0][0] == "sh")  # type: ignore[index]
+        argv = bench_started(engine)
         assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:9000"
 
 
@@ -796,88 +796,112 @@ def test_secrets_in_structured_fields_are_redacted(engine: FakeEngine, environ: 
 
 # ----- benchmark -------------------------------------------------------------------------------------------------
 
+# Stands in for `vllm bench serve` in the fake container (test_bench_runner.client_package makes it what the sweep's
+# client imports of vLLM): waits for GATE (so a test sees the sweep running), then writes vLLM's result JSON from its
+# own arguments.
+BENCH_CLIENT = """#!{python}
+import json, os, sys, time
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+deadline = time.monotonic() + 60
+while not os.path.exists(GATE) and time.monotonic() < deadline:
+    time.sleep(0.05)
+c = int(value("--max-concurrency"))
+result = {{"completed": 8, "failed": 0, "output_throughput": 60.1 if c == 1 else 200.0, "median_tpot_ms": 16.5,
+          "median_ttft_ms": 41.0, "mean_ttft_ms": 44.0, "total_output_tokens": 512, "duration": 8.5,
+          "model_id": value("--model")}}
+with open(value("--result-dir") + "/" + value("--result-filename"), "w") as f:
+    json.dump(result, f)
+"""
 
-def finished_sweep(result: Path) -> None:
-    """A result folder as `t4serve bench` leaves it: runs.json (through bench's own writer), report.md, a plot."""
-    figures = RunFigures(completed=8, failed=0, output_throughput=60.1, median_tpot_ms=16.5, median_ttft_ms=41.0,
-                         mean_ttft_ms=44.0, total_output_tokens=512, duration_s=8.5)  # fmt: skip
-    runs = [Run("google/gemma-4-E2B-it-qat-w4a16-ct", 512, c, 1, 320_101, 8, f"qat_in512_c{c}_r1.json", figures)
-            for c in (1, 4)]  # fmt: skip
-    write_runs(result, RunsFile(RUNS_SCHEMA, ["google/gemma-4-E2B-it-qat-w4a16-ct"], [512], [1, 4], 1, 64,
-                                "2026-12-03T10:00:00+00:00", runs, planned_runs=2))  # fmt: skip
-    (result / "report.md").write_text("| model | input | c | tok/s |\n|---|---|---|---|\n| qat | 512 | 1 | 60.1 |\n")
-    (result / "throughput_vs_concurrency.png").write_bytes(b"\x89PNG fake")
+
+def bench_client(engine: FakeEngine) -> Path:
+    """The stand-in client in the fake container; returns its gate (create it to let the runs finish)."""
+    from test_bench_runner import client_package
+
+    gate = engine.root / "gate"
+    engine.pythonpath = client_package(engine.root, BENCH_CLIENT.replace("GATE", repr(str(gate))))
+    return gate
+
+
+def until(env: ToolEnv, run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = ok(call(env, "benchmark_status", {"run_id": run_id}))
+        if done(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.3)
+
+
+def bench_started(engine: FakeEngine) -> list[str]:
+    """The argv of the `t4serve bench start` the tool ran in the container."""
+    return next(d[0] for n, d in engine.calls if n == "exec" and d[0][:3] == ["t4serve", "bench", "start"])  # type: ignore[index]
 
 
 def test_benchmark_starts_in_the_container_and_its_status_follows_to_the_report(
     engine: FakeEngine, environ: dict[str, str]
 ) -> None:
-    env = tool_env(engine, environ)
-    ok(call(env, "start_vllm_server"))
-    engine.state = serve_state("ready")
-    started = ok(call(env, "run_benchmark", {"inputs": [512], "concurrency": [1, 4], "output_len": 64}))
-    run_id = started["run_id"]
-    argv, detach = next(d for n, d in engine.calls if n == "exec" and d[0][0] == "sh")  # type: ignore[index]
-    assert detach and argv[:4] == ["sh", "-c", BENCH_SCRIPT, "sh"]
-    assert argv[4] == f"/cache/t4serve/bench/{run_id}" and started["output_dir"] == argv[4]
-    # bench's own --output is a folder inside the run folder, so the wrapper's log never lands in it.
-    assert '--output "$d/result"' in BENCH_SCRIPT and '"$d/bench.log"' in BENCH_SCRIPT
-    assert argv[5:] == ["--models", "google/gemma-4-E2B-it-qat-w4a16-ct", "--base-url", "http://127.0.0.1:8000",
-                        "--inputs", "512", "--concurrency", "1,4", "--repeats", "1", "--output-len", "64"]  # fmt: skip
-    folder = engine.in_container(argv[4])
-    (folder / "result").mkdir(parents=True)
-    # The wrapper as it runs in the container: a process with the run folder among its arguments (what the reader
-    # looks for in /proc to tell a running benchmark from one whose process is gone).
-    wrapper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(folder)])
-    try:
-        (folder / "bench.log").write_text(f"[##########..........] 1/2 qat in=512 c=1 r=1: 60.1 tok/s {API_KEY}\n")
-        running = ok(call(env, "benchmark_status", {"run_id": run_id}))
-        assert running["state"] == "running" and running["exit_code"] is None and "1/2" in running["log_tail"]
-        assert (running["runs_done"], running["runs_planned"]) == (1, 2) and running["cells"] == []
-        assert_no_secret(running)
+    """The real `t4serve bench start` and `bench status` in the (fake) container, the sweep against a local server
+    with a stand-in client: running with its runs planned, busy for a second start, then done with its figures."""
+    gate = bench_client(engine)
+    with serve({"/v1/models": Canned(body={"data": [{"id": "gemma-4-e2b"}]})}) as server:
+        env = tool_env(engine, environ)
+        ok(call(env, "start_vllm_server"))
+        engine.state = serve_state("ready", port=server.port)
+        started = ok(call(env, "run_benchmark", {"inputs": [512], "concurrency": [1, 4], "output_len": 64}))
+        run_id = started["run_id"]
+        assert bench_started(engine) == [
+            "t4serve", "bench", "start", "--json", "--", "--models", "google/gemma-4-E2B-it-qat-w4a16-ct",
+            "--base-url", f"http://127.0.0.1:{server.port}", "--inputs", "512", "--concurrency", "1,4", "--repeats",
+            "1", "--output-len", "64"]  # fmt: skip
+        assert started["output_dir"] == str(engine.in_container(f"/cache/t4serve/bench/{run_id}"))
+        running = until(env, run_id, lambda s: s["runs_planned"] is not None)
+        assert running["state"] == "running" and running["exit_code"] is None
+        assert (running["runs_done"], running["runs_planned"]) == (0, 2) and running["cells"] == []
         busy = error_text(call(env, "run_benchmark"))
         assert "busy: a benchmark is running" in busy and run_id in busy
-    finally:
-        wrapper.kill()
-        wrapper.wait()
-    finished_sweep(folder / "result")
-    (folder / "exit-code").write_text("0\n")
-    done = ok(call(env, "benchmark_status", {"run_id": run_id}))
-    assert done["state"] == "done" and done["exit_code"] == 0 and "60.1" in done["report_md"]
+        gate.touch()
+        done = until(env, run_id, lambda s: s["state"] != "running")
+    assert done["state"] == "done" and done["exit_code"] == 0, done["log_tail"]
+    assert (done["runs_done"], done["runs_planned"]) == (2, 2) and "60.1" in done["report_md"]
     assert done["host_folder"] == str(engine.root / "data" / "bench" / run_id)
-    assert [Path(p).name for p in done["plots"]] == ["throughput_vs_concurrency.png"]
-    assert all(Path(p).is_file() for p in done["plots"])
+    assert all(Path(p).is_file() and Path(p).suffix == ".png" for p in done["plots"])
     cells = {c["concurrency"]: c for c in done["cells"]}
     assert set(cells) == {1, 4} and cells[1]["throughput_tok_s"] == 60.1 and cells[1]["ttft_ms"] == 41.0
     assert cells[4]["per_stream_tok_s"] == pytest.approx(1000 / 16.5) and cells[4]["completed_requests"] == 8
     # Ended: read from the host copy from now on, even with the server gone.
     engine.container = None
     again = ok(call(env, "benchmark_status", {"run_id": run_id}))
-    assert again["cells"] == done["cells"] and again["state"] == "done"
+    assert again == done
     assert not list((engine.root / "data" / "bench").glob(".*"))  # no staging folder left
 
 
 def test_benchmark_whose_process_is_gone_is_failed_not_running_forever(
     engine: FakeEngine, environ: dict[str, str]
 ) -> None:
+    gate = bench_client(engine)  # opened only at the end: the runs wait until they are killed
     env = tool_env(engine, environ)
     ok(call(env, "start_vllm_server"))
     engine.state = serve_state("ready")
     run_id = ok(call(env, "run_benchmark"))["run_id"]
     folder = engine.in_container(f"/cache/t4serve/bench/{run_id}")
-    folder.mkdir(parents=True)
-    (folder / "bench.log").write_text("starting\n")
-    gone = ok(call(env, "benchmark_status", {"run_id": run_id}))
+    job = json.loads((folder / "job.json").read_text())
+    os.killpg(job["pid"], signal.SIGKILL)  # the watcher's session: it and the sweep, as a kill -9 does
+    gone = until(env, run_id, lambda s: s["state"] != "running", timeout=20)
     assert gone["state"] == "failed" and gone["exit_code"] is None and "process is gone" in gone["log_tail"]
     # A run that is not running does not block the next one.
-    assert ok(call(env, "run_benchmark"))["run_id"] != run_id
+    other = ok(call(env, "run_benchmark"))["run_id"]
+    assert other != run_id
+    os.killpg(json.loads((folder.parent / other / "job.json").read_text())["pid"], signal.SIGKILL)
+    gate.touch()  # the sweep's client has a session of its own: it ends at the end of its run and its input
 
 
 def test_benchmark_status_refuses_a_bad_run_id_and_an_unknown_one(engine: FakeEngine, environ: dict[str, str]) -> None:
     env = tool_env(engine, environ)
     ok(call(env, "start_vllm_server"))
     assert "pattern" in error_text(call(env, "benchmark_status", {"run_id": "../../etc"}))
-    assert "no benchmark" in error_text(call(env, "benchmark_status", {"run_id": "20261203-101010-abcdef"}))
+    assert "no benchmark 20261203-101010-abcdef" in error_text(
+        call(env, "benchmark_status", {"run_id": "20261203-101010-abcdef"}))
 
 
 def test_benchmark_needs_a_ready_server(engine: FakeEngine, environ: dict[str, str]) -> None:
@@ -924,16 +948,21 @@ def test_no_secret_reaches_the_server_log(
 
 
 def test_a_copied_benchmark_folder_with_a_fifo_is_read_without_blocking(tmp_path: Path) -> None:
-    """`docker cp` copies a FIFO as a FIFO: the host-side reader takes regular files only, and says nothing of it."""
-    from t4serve.mcp.benchtools import read_host_bench
+    """`docker cp` copies a FIFO as a FIFO: the host-side reader takes a regular answer file only, and says so."""
+    from t4serve.mcp.benchtools import ANSWER_FILE, read_host_answer
 
-    (tmp_path / "result").mkdir()
-    os.mkfifo(tmp_path / "bench.log")
-    os.mkfifo(tmp_path / "result" / "report.md")
-    (tmp_path / "exit-code").write_text("0\n")
-    box: list[dict[str, Any]] = []
-    worker = threading.Thread(target=lambda: box.append(read_host_bench(tmp_path)), daemon=True)
+    os.mkfifo(tmp_path / ANSWER_FILE)
+    box: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_host_answer(tmp_path)
+        except ConfigError as exc:
+            box.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
     worker.start()
     worker.join(5)
-    assert not worker.is_alive(), "read_host_bench blocked on a FIFO"
-    assert box == [{"exit_code": 0, "alive": False, "log": "", "report": None, "plots": []}]
+    assert not worker.is_alive(), "read_host_answer blocked on a FIFO"
+    assert len(box) == 1 and "cannot be read" in str(box[0]) and f"remove {tmp_path}" in str(box[0])
+    assert read_host_answer(tmp_path / "absent") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from t4serve.config.aliases import BF16_REPO, QAT_REPO
 from t4serve.facts import HostFacts, ModelFacts, TensorGroup
 from t4serve.planning import hostmem
 from t4serve.probes.checkpoint import probe_model
@@ -21,8 +22,8 @@ def host(avail: int, swap_free: int = 0, limit: int | None = None, swap_limit: i
 
 def test_reproduces_both_published_peaks_for_the_built_in_facts() -> None:
     """The fit's checkpoint sizes are the aliases' built-in facts, so `plan` gives each its published peak."""
-    bf16 = hostmem.estimate(probe_model("bf16", hf_home="/nonexistent", offline=True), None).need_bytes.value
-    qat = hostmem.estimate(probe_model("qat", hf_home="/nonexistent", offline=True), None).need_bytes.value
+    bf16 = hostmem.estimate(probe_model(BF16_REPO, hf_home="/nonexistent", offline=True), None).need_bytes.value
+    qat = hostmem.estimate(probe_model(QAT_REPO, hf_home="/nonexistent", offline=True), None).need_bytes.value
     assert abs(bf16 - (7.8e9 + 6761 * MIB)) < 1e6
     assert abs(qat - (7.8e9 + 4770 * MIB)) < 1e6
 

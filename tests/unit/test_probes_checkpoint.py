@@ -63,7 +63,7 @@ def test_qat_detects_compressed_tensors_and_packed_int4(tmp_path: Path) -> None:
 
 def test_hf_cache_layout_and_sharded_index(tmp_path: Path) -> None:
     write_hf_cache(tmp_path, BF16_REPO, "bf16", shards=3)
-    facts = probe_model("bf16", hf_home=str(tmp_path), offline=True)
+    facts = probe_model(BF16_REPO, hf_home=str(tmp_path), offline=True)
     assert facts.source == "hf-cache"
     assert facts.safetensors_files == 3
     assert facts.local_path is not None and facts.local_path.endswith("snapshots/" + "0" * 40)
@@ -125,7 +125,7 @@ def test_missing_shard_named_by_index(tmp_path: Path) -> None:
 
 
 def test_not_local_offline_falls_back_to_builtin_for_aliases(tmp_path: Path) -> None:
-    facts = probe_model("qat", hf_home=str(tmp_path), offline=True)
+    facts = probe_model(QAT_REPO, hf_home=str(tmp_path), offline=True)
     assert facts.source == "builtin" and facts.requested == QAT_REPO
     assert "HF_HUB_OFFLINE=1" in facts.config["provenance"]
     other = probe_model("someone/model", hf_home=str(tmp_path), offline=True)

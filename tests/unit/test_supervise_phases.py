@@ -19,7 +19,7 @@ def filled(fmt: str) -> str:
 
 def test_the_phases_in_the_order_a_start_goes_through_them() -> None:
     assert list(PHASES) == ["starting", "downloading", "loading_weights", "profiling", "compiling", "canary", "ready",
-                            "canary_failed", "failed", "stopping"]  # fmt: skip
+                            "canary_failed", "failed", "config_error", "stopping"]  # fmt: skip
     assert LOADING_PHASES == ("starting", "downloading", "loading_weights", "profiling", "compiling", "canary")
     assert [PHASE_RANK[p] for p in [*LOADING_PHASES, "ready"]] == [0, 1, 1, 2, 3, 4, 5]
     assert {p.name for p in PHASES.values() if p.before_weights_loaded} == {"starting", "downloading",
@@ -28,7 +28,8 @@ def test_the_phases_in_the_order_a_start_goes_through_them() -> None:
 
 
 def test_each_phase_says_what_both_healthchecks_answer_in_it() -> None:
-    readiness = {phases.NOT_READY_LOADING, phases.READY_WHEN_ANSWERING, phases.UNHEALTHY, phases.NOT_READY_STOPPING}
+    readiness = {phases.NOT_READY_LOADING, phases.READY_WHEN_ANSWERING, phases.UNHEALTHY, phases.UNHEALTHY_CONFIG,
+                 phases.NOT_READY_STOPPING}
     liveness = {phases.ALIVE_WITHIN_BUDGET, phases.ALIVE_WHILE_ANSWERING, phases.ALIVE}
     for phase in PHASES.values():
         assert phase.readiness in readiness and phase.liveness in liveness, phase.name
@@ -36,6 +37,7 @@ def test_each_phase_says_what_both_healthchecks_answer_in_it() -> None:
         assert phase.loading == (phase.liveness == phases.ALIVE_WITHIN_BUDGET), phase.name
     assert PHASES["ready"].readiness == phases.READY_WHEN_ANSWERING
     assert {n for n, p in PHASES.items() if p.readiness == phases.UNHEALTHY} == {"canary_failed", "failed"}
+    assert PHASES[phases.CONFIG_ERROR].readiness == phases.UNHEALTHY_CONFIG
 
 
 @pytest.mark.parametrize("line", [line for line, _ in LOG_LINES], ids=lambda line: line.name)

@@ -20,7 +20,6 @@ import json
 import os
 import selectors
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from t4serve.supervise.children import stop_child
 from t4serve.units import fmt_duration
 
 WORKER = Path(__file__).resolve().with_name("clientworker.py")
@@ -56,8 +56,9 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
-def client_env(api_key: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **(extra or {})}
+def client_env(api_key: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The client's environment: bench's own (`run_bench`'s environ), with the API key as OPENAI_API_KEY."""
+    env = dict(environ)
     if api_key:
         env["OPENAI_API_KEY"] = api_key
     return env
@@ -68,9 +69,9 @@ class PerRunClient:
 
     kind = "per-run"
 
-    def __init__(self, vllm: str, api_key: str | None = None) -> None:
+    def __init__(self, vllm: str, api_key: str | None, environ: Mapping[str, str]) -> None:
         self.command = shlex.split(vllm)
-        self.api_key = api_key
+        self.env = client_env(api_key, environ)
 
     def argv(self, args: list[str]) -> list[str]:
         return [*self.command, "bench", "serve", *args]
@@ -83,7 +84,7 @@ class PerRunClient:
             out.flush()
             try:
                 rc: int | None = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                                                check=False, env=client_env(self.api_key)).returncode
+                                                check=False, env=self.env).returncode
             except subprocess.TimeoutExpired:
                 rc = None
             except OSError as exc:
@@ -99,8 +100,8 @@ class SweepClient:
 
     kind = "sweep"
 
-    def __init__(self, python: str, log_dir: Path, api_key: str | None = None,
-                 environ: Mapping[str, str] | None = None, start_timeout: float = START_TIMEOUT_S) -> None:
+    def __init__(self, python: str, log_dir: Path, api_key: str | None, environ: Mapping[str, str],
+                 start_timeout: float = START_TIMEOUT_S) -> None:
         self.python = python
         self.log_dir = log_dir
         self.env = client_env(api_key, environ)
@@ -191,9 +192,8 @@ class SweepClient:
         try:
             return proc.wait(timeout=0 if kill else 5)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait(timeout=10)
+            stop_child(proc, 0.0, group=True)  # asked already (its stdin closed): killed with its group
+            return proc.returncode
         finally:
             if proc.stdout is not None:
                 proc.stdout.close()
@@ -202,8 +202,9 @@ class SweepClient:
         self._stop()
 
 
-def make_client(kind: str, vllm: str, log_dir: Path, api_key: str | None) -> Client:
-    """`--client per-run`: --vllm's command per run; `sweep`: one process of this Python for the sweep."""
+def make_client(kind: str, vllm: str, log_dir: Path, api_key: str | None, environ: Mapping[str, str]) -> Client:
+    """`--client per-run`: --vllm's command per run; `sweep`: one process of this Python for the sweep. Either runs in
+    bench's environment (`environ`)."""
     if kind == "per-run":
-        return PerRunClient(vllm, api_key)
-    return SweepClient(sys.executable, log_dir, api_key)
+        return PerRunClient(vllm, api_key, environ)
+    return SweepClient(sys.executable, log_dir, api_key, environ)

@@ -59,6 +59,7 @@ from t4serve.bench.telemetry import Sampler
 from t4serve.bench.timing import RunTiming, describe, now, split
 from t4serve.config.secrets import client_api_key
 from t4serve.errors import BenchError, ConfigError, T4ServeError
+from t4serve.gpus import KnownGpu
 from t4serve.httpclient import HttpFailure, fetch
 from t4serve.units import fmt_duration
 
@@ -254,30 +255,46 @@ def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = Non
     raise BenchError(f"the server at {url} does not list a model", found=found, **not_listing)
 
 
-def default_tokenizer(model: str) -> str:
-    from t4serve.config.aliases import MODEL_ALIASES
+def default_tokenizer(model: str, environ: Mapping[str, str]) -> str:
+    """The checkpoint `model` names as T4SERVE_MODEL resolves it (an alias is expanded there, once); the name itself
+    where it names none (a running server's own model name)."""
+    from t4serve.config.settings import VARIABLES_BY_NAME
+    from t4serve.config.variables import Context, Invalid
 
-    return MODEL_ALIASES.get(model, model)
+    try:
+        return str(VARIABLES_BY_NAME["T4SERVE_MODEL"].parse(model, Context(environ, Path.cwd())).target)
+    except Invalid:
+        return model
+
+
+def sweep_gpu(environ: Mapping[str, str]) -> tuple[KnownGpu | None, str]:
+    """The known card this sweep runs on (its first visible GPU, by NVML's name), for the decode ceiling; None with
+    why when there is none or t4serve.gpus does not know it."""
+    from t4serve.gpus import match_known_gpu
+    from t4serve.probes.gpu import probe_gpu
+
+    facts = probe_gpu(environ)
+    if not facts.devices:
+        return None, f"no GPU visible here ({facts.error or 'NVML found none'})"
+    name = facts.devices[0].name
+    card = match_known_gpu(name)
+    return card, "" if card is not None else f"{name} is not among t4serve's known GPUs (t4serve.gpus.KNOWN_GPUS)"
 
 
 def roofline_ceilings(
-    models: list[str], given: dict[str, float], gpu_key: str = "t4"
+    models: list[str], given: dict[str, float], environ: Mapping[str, str], gpu: KnownGpu | None, no_gpu: str = ""
 ) -> tuple[dict[str, float | None], list[str]]:
-    """Per-stream decode ceiling per model: --ceiling first, else `roofline.decode_ceiling` on a known GPU.
+    """Per-stream decode ceiling per model: --ceiling first, else `roofline.decode_ceiling` on `gpu`, the card the
+    sweep runs on (`sweep_gpu`); without one, no ceiling and a note saying why (`no_gpu`).
 
     The checkpoint's headers come from the local cache or, for the aliases, the built-in facts
     (t4serve.probes.checkpoint); a model whose headers cannot be read gets no ceiling and a note saying why, never a
     made-up figure.
     """
     from t4serve.config.settings import Settings
-    from t4serve.gpus import known_gpu
     from t4serve.pipeline import probe_settings_model
     from t4serve.planning.roofline import decode_ceiling
 
-    gpu = known_gpu(gpu_key)
-    if gpu is None:
-        raise ConfigError(f"unknown GPU {gpu_key!r} for the roofline ceiling", found=gpu_key,
-                          required="a key of t4serve.gpus.KNOWN_GPUS", fix="--gpu t4")
     ceilings: dict[str, float | None] = {}
     notes: list[str] = []
     for model in models:
@@ -285,14 +302,17 @@ def roofline_ceilings(
             ceilings[model] = given[model]
             continue
         ceilings[model] = None
+        if gpu is None:
+            notes.append(f"{model}: no roofline ceiling: {no_gpu or 'no known GPU'} (--ceiling {model}=N gives one)")
+            continue
         try:
-            facts = probe_settings_model(Settings.from_environ(os.environ, overrides={"T4SERVE_MODEL": model}))
+            facts = probe_settings_model(Settings.from_environ(environ, overrides={"T4SERVE_MODEL": model}))
             ceiling = decode_ceiling(facts, gpu)
         except T4ServeError as exc:
             notes.append(f"{model}: no roofline ceiling: {exc.what} ({exc.found})")
             continue
         ceilings[model] = ceiling.value
-        notes.append(f"{model}: roofline ceiling {ceiling}")
+        notes.append(f"{model}: roofline ceiling on {gpu.name} {ceiling}")
     return ceilings, notes
 
 
@@ -338,7 +358,8 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
         (raw_dir / WARMUP_DIR).mkdir(exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     client_key = client_api_key(environ, "OPENAI_API_KEY")
-    ceilings, notes = roofline_ceilings(opts.models, opts.ceilings)
+    card, no_card = sweep_gpu(environ) if set(opts.models) - set(opts.ceilings) else (None, "")
+    ceilings, notes = roofline_ceilings(opts.models, opts.ceilings, environ, card, no_card)
     together = bool(opts.base_urls)
     if opts.warmup_run:
         notes.append(f"each cell ran once before its first pair (each server's first run of it), unrecorded "
@@ -371,7 +392,7 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     # The line benchmark_status reads runs done / planned from, before the first run (a server start, minutes) ends.
     out.write(f"[{'.' * 20}] 0/{runs_file.planned_runs} planned\n")
     out.flush()
-    client = make_client(opts.client, opts.vllm, raw_dir, client_key)
+    client = make_client(opts.client, opts.vllm, raw_dir, client_key, environ)
     servers = Servers(opts, planned, raw_dir, out, environ, client_key)
     sweep = Sweep(opts, runs_file, client, servers, progress)
     write_runs(opts.output, runs_file)
@@ -427,7 +448,7 @@ class Servers:
         if server is None:
             if model not in self.known:
                 url = self.opts.base_urls[model].rstrip("/")
-                tokenizer = self.opts.tokenizers.get(model, default_tokenizer(model))
+                tokenizer = self.opts.tokenizers.get(model) or default_tokenizer(model, self.environ)
                 self.known[model] = Endpoint(url, served_model_name(url, api_key=self.api_key), tokenizer)
             return self.known[model]
         if self.current != model:

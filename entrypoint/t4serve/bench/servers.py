@@ -15,9 +15,7 @@ stop` stops the container: SIGTERM to `t4serve serve`, which drains vLLM; whatev
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -28,9 +26,9 @@ from pathlib import Path
 from t4serve.bench.results import model_label
 from t4serve.errors import BenchError, T4ServeError
 from t4serve.httpclient import local_url
+from t4serve.supervise.children import stop_child
 from t4serve.supervise.health import check
 from t4serve.supervise.render import STOP_MARGIN_S
-from t4serve.supervise.run_vllm import kill_tree
 from t4serve.supervise.state import RUN_SPEC_FILE, read_run_spec, read_state
 from t4serve.untrusted import Untrusted, read_tail_bounded
 
@@ -172,12 +170,4 @@ def phase_of(state_dir: Path) -> str | None:
 def stop_server(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM to `t4serve serve` (it forwards it to supervisord, which drains vLLM), a bounded wait, then SIGKILL to
     it and every process below it (vLLM's engine core must not outlive its server)."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        proc.wait(timeout=10)
+    stop_child(proc, grace)

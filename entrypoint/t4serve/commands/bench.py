@@ -441,3 +441,81 @@ def _source(raw: str) -> tuple[Path, tuple[str, ...] | None]:
         found=raw[:300], required="a folder written by `t4serve bench --output DIR`, or MODEL=FOLDER",
         fix="check the path; `ls` it to see runs.json and raw/",
     )
+
+
+# ----- a sweep in the background (the MCP tools' run_benchmark): t4serve.bench.jobs, answers in t4serve.contract
+
+
+@command.command("start")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (the host/container contract).")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def start_command(as_json: bool, args: tuple[str, ...]) -> None:
+    """Start the sweep in the background (ARGS: its options, after --) in T4SERVE_CACHE_DIR/bench/RUN_ID; print its
+    run id. One at a time; `bench status RUN_ID` follows it."""
+    import os
+
+    from t4serve.bench import jobs
+    from t4serve.contract import answering, emit
+
+    with answering(as_json):
+        _check_sweep_args(args)
+        answer = jobs.start(jobs.jobs_root(os.environ), args, os.environ)
+    if as_json:
+        emit(answer)
+    else:
+        click.echo(jobs.describe(answer.run))
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (the host/container contract).")
+@click.argument("run_id", required=False)
+def status_command(as_json: bool, run_id: str | None) -> None:
+    """The benchmarks `bench start` began (runs done and planned, state); with RUN_ID, that one's log tail, and once
+    ended its report and figures per cell."""
+    import os
+
+    from t4serve.bench import jobs
+    from t4serve.contract import BenchRunsAnswer, answering, emit
+
+    with answering(as_json):
+        root = jobs.jobs_root(os.environ)
+        answer = jobs.list_runs(root) if run_id is None else jobs.result(root, run_id)
+    if as_json:
+        emit(answer)
+    elif isinstance(answer, BenchRunsAnswer):
+        click.echo("\n".join(jobs.describe(run) for run in answer.runs) or f"no benchmarks in {answer.root}")
+    else:
+        click.echo(jobs.describe(answer.run))
+        click.echo(answer.report_md or answer.log_tail, nl=False)
+
+
+@command.command("job", hidden=True)
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def job_command(ctx: click.Context, folder: Path, args: tuple[str, ...]) -> None:
+    """Internal: `bench start`'s watcher; runs the sweep into FOLDER/result and writes its exit code."""
+    from t4serve.bench.jobs import run_job
+
+    ctx.exit(run_job(folder, args))
+
+
+def _check_sweep_args(args: tuple[str, ...]) -> None:
+    """The sweep's options, parsed as `t4serve bench` parses them, before anything starts: a bad one is exit 2 now,
+    not a failed job later. --output is the job's own, and no subcommand or argument may follow."""
+    shown = printable(" ".join(args))[:300]
+    refused = next((a for a in args if a.split("=", 1)[0] in ("--output", "--help", "-h")), None)
+    try:
+        ctx = command.make_context("bench", list(args), resilient_parsing=False) if refused is None else None
+    except click.ClickException as exc:
+        raise ConfigError(f"bench start: {exc.format_message()}", found=shown,
+                          required="the options of `t4serve bench` (`t4serve bench --help`)",
+                          fix="correct the option named above") from None  # fmt: skip
+    extra = [*ctx.protected_args, *ctx.args] if ctx is not None else []
+    if refused is not None or extra:
+        raise ConfigError(
+            f"bench start: {refused or extra[0]} cannot be given to a background sweep",
+            found=shown,
+            required="the sweep's options only; the job chooses its --output folder",
+            fix=f"leave {refused or extra[0]} out",
+        )

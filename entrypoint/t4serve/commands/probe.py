@@ -11,13 +11,23 @@ import click
 
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
-from t4serve.facts import Facts
+from t4serve.facts import BuildManifest, Facts
 from t4serve.pipeline import gather_facts
 from t4serve.planning.derived import format_bytes
 
 
 def _size(n: int | None) -> str:
     return "?" if n is None else format_bytes(n)
+
+
+def describe_manifest(manifest: BuildManifest) -> str:
+    if manifest.present:
+        clamp = f", clamp {manifest.clamp.state}" if manifest.clamp else ", no clamp record"
+        return (
+            f"image:    torch {manifest.torch_version} (CUDA {manifest.torch_cuda_version}, "
+            f"{' '.join(manifest.torch_arch_list)}), vLLM {manifest.vllm_version}{clamp}"
+        )
+    return f"image:    no build manifest at {manifest.path} ({manifest.error or 'missing'})"
 
 
 def describe_facts(facts: Facts) -> str:
@@ -60,15 +70,7 @@ def describe_facts(facts: Facts) -> str:
         )
     if host.ports_in_use:
         lines.append("ports in use: " + ", ".join(str(p) for p in host.ports_in_use))
-    manifest = facts.manifest
-    if manifest.present:
-        clamp = f", clamp {manifest.clamp.state}" if manifest.clamp else ", no clamp record"
-        lines.append(
-            f"image:    torch {manifest.torch_version} (CUDA {manifest.torch_cuda_version}, "
-            f"{' '.join(manifest.torch_arch_list)}), vLLM {manifest.vllm_version}{clamp}"
-        )
-    else:
-        lines.append(f"image:    no build manifest at {manifest.path} ({manifest.error or 'missing'})")
+    lines.append(describe_manifest(facts.manifest))
     model = facts.model
     if model is not None:
         where = model.local_path or model.error or "not local"
@@ -82,9 +84,21 @@ def describe_facts(facts: Facts) -> str:
 
 @click.command("probe")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (replay with --facts FILE).")
+@click.option("--manifest-only", "manifest_only", is_flag=True,
+              help="Only the image's build manifest (T4SERVE_MANIFEST); with --json, the answer the host reads.")
 @settings_options
-def command(as_json: bool, settings: Settings) -> int:
+def command(as_json: bool, manifest_only: bool, settings: Settings) -> int:
     """Read the GPU, host, disks, build manifest and checkpoint; print every fact."""
+    if manifest_only:
+        from t4serve.contract import ManifestAnswer, emit
+        from t4serve.probes.manifest import probe_manifest
+
+        manifest = probe_manifest(settings.manifest)
+        if as_json:
+            emit(ManifestAnswer(manifest))
+        else:
+            click.echo(describe_manifest(manifest))
+        return 0
     facts = gather_facts(settings, os.environ)
     click.echo(facts.to_json() if as_json else describe_facts(facts), nl=not as_json)
     return 0

@@ -107,8 +107,7 @@ def _secret_file(
         path = Path(file_path(raw, ctx))
         uid = os.getuid()
         try:
-            # Bounded and non-blocking: a FIFO or a 10 MB file is refused, not waited on or read whole.
-            text = untrusted.read_text_bounded(path, _SECRET_FILE_MAX_BYTES, "the file")
+            text = read_secret_file(path)
         except FileNotFoundError:
             raise Invalid(f"must name an existing file ({path} does not exist)", example) from None
         except untrusted.Untrusted as exc:
@@ -161,7 +160,14 @@ def _unreadable(path: Path, uid: int) -> str | None:
 
 
 # A secret file holds one token of at most MAX_SECRET_CHARS plus a newline; a larger file is not a secret file.
-_SECRET_FILE_MAX_BYTES = 64 * 1024
+SECRET_FILE_MAX_BYTES = 64 * 1024
+
+
+def read_secret_file(path: Path) -> str:
+    """The text of a *_FILE secret (HF_TOKEN_FILE, T4SERVE_API_KEY_FILE, compose's token file): the one reader of
+    them, for the settings and for `t4serve mcp`'s redaction. Bounded and non-blocking (a FIFO or a 10 MB file is
+    refused, not waited on or read whole); FileNotFoundError, or Untrusted for what is no secret file."""
+    return untrusted.read_text_bounded(path, SECRET_FILE_MAX_BYTES, "the file")
 API_KEY_EXAMPLE = "$(openssl rand -hex 32)"
 
 API_KEY = Variable(

@@ -2,7 +2,7 @@
 
 `Settings.from_environ(environ)` parses and validates the whole table once into a frozen `Settings` (a bad value is a
 `ConfigError`, exit 2, naming the variable, the value found, what is accepted and an example). The same table makes
-the shared click options (t4serve.config.options) and the README's environment table (`markdown_table`).
+the shared click options (t4serve.config.options) and docs/reference.md's environment table (`markdown_table`).
 
 Beside it in t4serve.config: variables (a row, its parsers and error), secrets (the token and key rows, their *_FILE
 pairs, the child environment, the client key) and vllmflags (the `vllm serve` flags t4serve owns or refuses).
@@ -527,7 +527,7 @@ class Settings:
 
 
 def markdown_table() -> str:
-    """The README's environment table, generated from VARIABLES (a unit test keeps README equal to it)."""
+    """docs/reference.md's environment table, generated from VARIABLES (a unit test keeps the page equal to it)."""
     lines = [
         "Every variable is also a flag of `t4serve serve`, `plan`, `preflight`, `probe` and `env` (the flag wins); "
         "an empty value counts as unset. `t4serve env` prints the values in effect.",

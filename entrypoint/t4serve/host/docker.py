@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from t4serve.host.engine import (
     cancel_requested,
     client_json,
 )
+from t4serve.supervise.children import stop_child
 from t4serve.untrusted import Untrusted, check_host, check_path, parse_int, printable
 
 SERVICE = "t4serve"
@@ -86,14 +86,7 @@ ENGINE_FIX = (
 
 def _stop_group(process: subprocess.Popen[Any]) -> None:
     """SIGTERM to the client's process group (it and everything it started), SIGKILL after a grace."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=KILL_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_child(process, KILL_GRACE_S, group=True, reap_s=KILL_GRACE_S)
 
 
 def error_block(done: Completed) -> str:
@@ -364,10 +357,6 @@ class DockerCli:
             raise _shape_error("docker image inspect", argv, f"Size is {str(size)[:40]!r}, not a count of bytes")
         return ImageInfo(self._image, printable(str(raw.get("Id", "")))[:100], size,
                          printable(str(raw.get("Created", "")))[:100])
-
-    def read_image_file(self, path: str) -> str | None:
-        done = self.run_in_image_entrypoint("cat", [path], QUICK_TIMEOUT_S)
-        return done.stdout if done.returncode == 0 else None
 
     def run_in_image_entrypoint(self, entrypoint: str, args: Sequence[str], timeout: float) -> Completed:
         """A throwaway container of the image (removed with its anonymous volumes, no network, no GPU). It has a

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from t4serve.config.settings import Settings
 from t4serve.config.variables import MAX_SIZE_BYTES
+from t4serve.contract import ManifestAnswer, read_answer
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
 from t4serve.host.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
@@ -41,7 +41,6 @@ from t4serve.preflight import (
 from t4serve.probes import recorded_now
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
-from t4serve.probes.manifest import probe_manifest
 from t4serve.units import GIB, KIB, MIB, TIB
 from t4serve.untrusted import Untrusted, parse_float, read_text_bounded
 
@@ -59,8 +58,14 @@ DRIVER_FIX = "install the NVIDIA driver 580 or newer on the host (`nvidia-smi` t
 MAX_COMPOSE_BYTES = 1 << 20
 
 
+# What the host runs in a throwaway container of the image to read its build manifest (t4serve.contract).
+MANIFEST_ARGV = ("probe", "--manifest-only", "--json")
+MANIFEST_TIMEOUT_S = 120.0
+
+
 def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
-    """The image's build manifest, read in a throwaway container; absent (with why) when the image is not local."""
+    """The image's build manifest as the image's own t4serve reads it (`t4serve probe --manifest-only --json` in a
+    throwaway container); absent (with why) when the image is not local."""
     label = f"{engine.image_ref}:{MANIFEST_PATH}"
     if image is None:
         return BuildManifest(
@@ -69,14 +74,10 @@ def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
             error=f"the image {engine.image_ref} is not on this host (apply_turing_patch or scripts/build-image "
             "builds it)",
         )
-    text = engine.read_image_file(MANIFEST_PATH)
-    if text is None:
-        return BuildManifest(path=label, present=False, error=f"no build manifest at {label}")
-    with tempfile.TemporaryDirectory(prefix="t4serve-manifest-") as folder:
-        path = Path(folder) / "build-manifest.json"
-        path.write_text(text, encoding="utf-8")
-        manifest = probe_manifest(str(path))
-    error = manifest.error.replace(str(path), label) if manifest.error else None
+    done = engine.run_in_image(list(MANIFEST_ARGV), MANIFEST_TIMEOUT_S)
+    manifest = read_answer(ManifestAnswer, ["t4serve", *MANIFEST_ARGV], done.returncode, done.stdout, done.stderr,
+                           engine.image_ref).manifest  # fmt: skip
+    error = manifest.error.replace(manifest.path, label) if manifest.error else None
     return dataclasses.replace(manifest, path=label, error=error)
 
 

@@ -1,34 +1,36 @@
-"""The benchmark tools: `t4serve bench` started in the server's container in the background, and its progress, figures,
-report and plots; a finished run's folder is copied to this host.
+"""The benchmark tools: `t4serve bench start` in the server's container (a sweep in the background), and its
+progress, figures, report and plots through `t4serve bench status`, both answering typed (t4serve.contract); a
+finished run's folder is copied to this host with its answer.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import shutil
-import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from t4serve.config.settings import default_of
-from t4serve.errors import ConfigError, EngineError, T4ServeError
-from t4serve.host.engine import API_PORT, Engine, client_json
+from t4serve.bench.jobs import RUN_ID
+from t4serve.contract import BenchResultAnswer, BenchRunsAnswer, BenchStartAnswer, read_answer
+from t4serve.errors import ConfigError, EngineError
+from t4serve.host.engine import API_PORT, Engine
 from t4serve.mcp.calls import Progress, ToolGroup, blocking, guarded, in_thread, not_ready, redact, tail_text
 from t4serve.mcp.models import BenchCell, BenchStart, BenchStatus
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.mcp.servertools import read_status
-from t4serve.untrusted import Untrusted, printable, read_tail_bounded
+from t4serve.serde import from_dict, to_dict
+from t4serve.untrusted import Untrusted, load_json_file
 
 BENCH_TEXT_BYTES = 32 * 1024
-RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# In the container: its T4SERVE_CACHE_DIR (the cache volume) holds the runs.
-BENCH_ROOT = f"{default_of('T4SERVE_CACHE_DIR')}/bench"
-# A bench progress line ("[####......] 3/8 qat in=512 c=1 r=1: ..."): runs done and planned.
-BENCH_PROGRESS = re.compile(r"^\[[#.]+\] ([0-9]+)/([0-9]+) ", re.MULTILINE)
+# The container's answer for a finished run, kept in its host copy (what benchmark_status reads from then on).
+ANSWER_FILE = "answer.json"
+MAX_ANSWER_BYTES = 4 << 20
+A = TypeVar("A")
 
 
 class BenchTools(ToolGroup):
@@ -51,7 +53,7 @@ class BenchTools(ToolGroup):
         repeats: Annotated[int, Field(description="runs per cell, each with its own seed (1 to 5)", ge=1, le=5)] = 1,
         output_len: Annotated[int, Field(description="tokens generated per request (1 to 2048)", ge=1, le=2048)] = 128,
         num_prompts: Annotated[
-            int | None, Field(description="requests per run (1 to 1000; default 10 x concurrency)", ge=1,
+            int | None, Field(description="requests per run (1 to 1000; default max(4 x concurrency, 8))", ge=1,
                               le=1000)
         ] = None,
         ctx: Context | None = None,
@@ -69,18 +71,16 @@ class BenchTools(ToolGroup):
             if not status.ready or status.container is None:
                 raise not_ready("run_benchmark", status, "a ready server in a container")
             container = status.container
-            running = await blocking(progress, "looking for a running benchmark",
-                                     lambda: self._read_bench(container, "running", BENCH_ROOT))  # fmt: skip
-            if running["running"]:
+            runs = await blocking(progress, "looking for a running benchmark",
+                                  lambda: self._ask(container, BenchRunsAnswer, ["bench", "status", "--json"]))
+            running = [run.run_id for run in runs.runs if run.state == "running"]
+            if running:
                 raise EngineError(
                     "run_benchmark: busy: a benchmark is running",
-                    found=f"run {running['running'][0]} has not finished",
+                    found=f"run {running[0]} has not finished",
                     required="one benchmark at a time (two would share the GPU and skew both)",
-                    fix=f"benchmark_status(run_id={running['running'][0]!r}) until it is done",
+                    fix=f"benchmark_status(run_id={running[0]!r}) until it is done",
                 )
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.env.clock()))
-            run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
-            folder = f"{BENCH_ROOT}/{run_id}"
             args = [
                 "--models",
                 str(status.model),
@@ -97,41 +97,20 @@ class BenchTools(ToolGroup):
             ]
             if num_prompts is not None:
                 args += ["--num-prompts", str(num_prompts)]
-            await progress.say(f"starting t4serve bench as run {run_id}")
-            done = await blocking(progress, "starting t4serve bench",
-                                  lambda: self.engine.exec(container, ["sh", "-c", BENCH_SCRIPT, "sh", folder, *args],
-                                                           detach=True))  # fmt: skip
-        if done.returncode != 0:
-            raise EngineError(
-                "run_benchmark: docker exec failed",
-                found=done.stderr.strip() or "no output",
-                required="the running container to accept the command",
-                fix="server_status, then try again",
-            )
+            await progress.say("starting t4serve bench in the container")
+            started = await blocking(progress, "starting t4serve bench",
+                                     lambda: self._ask(container, BenchStartAnswer,
+                                                       ["bench", "start", "--json", "--", *args]))  # fmt: skip
+        run_id = started.run.run_id
         await progress.say(f"run {run_id} started; follow it with benchmark_status")
-        return BenchStart(
-            run_id=run_id, container=container, output_dir=folder, poll=f"benchmark_status(run_id={run_id!r})"
-        )
+        return BenchStart(run_id=run_id, container=container, output_dir=started.run.folder,
+                          poll=f"benchmark_status(run_id={run_id!r})")  # fmt: skip
 
-    def _read_bench(self, container: str, mode: str, folder: str) -> dict[str, Any]:
-        done = self.engine.exec(container, ["python3", "-c", READ_BENCH, mode, folder])
-        if done.returncode != 0:
-            raise ConfigError(
-                f"benchmark_status: no benchmark {Path(folder).name}",
-                found=done.stderr.strip()[-300:] or "no output",
-                required="a run id from run_benchmark",
-                fix="call run_benchmark",
-            )
-        seen = client_json(done.stdout, "benchmark_status", ["python3", "-c", "READ_BENCH"])
-        keys = {"running"} if mode == "running" else {"exit_code", "alive", "log", "report", "plots"}
-        if not isinstance(seen, dict) or not keys <= set(seen):
-            raise EngineError(
-                "benchmark_status: the container's answer is not a benchmark's state",
-                found=printable(done.stdout.strip()[:200]),
-                required=f"READ_BENCH's JSON: {', '.join(sorted(keys))}",
-                fix="check that the container runs this version of t4serve (rebuild the image)",
-            )
-        return seen
+    def _ask(self, container: str, cls: type[A], args: Sequence[str]) -> A:
+        """`t4serve ARGS` (a `--json` command) run in the container, its answer read as `cls` (t4serve.contract)."""
+        argv = ["t4serve", *args]
+        done = self.engine.exec(container, argv)
+        return read_answer(cls, argv, done.returncode, done.stdout, done.stderr, self.engine.image_ref)
 
     # Copies a finished run's folder to this host's data folder; changes nothing on the deployment.
     @tool("Benchmark status and figures", "bench", READ_ONLY)
@@ -147,146 +126,73 @@ class BenchTools(ToolGroup):
         so a finished run stays readable after the server stops. Changes nothing on the deployment."""
         progress = Progress(ctx)
         target = self.env.data_dir / "bench" / run_id
-        if not target.is_dir():
-            container = await blocking(progress, "looking for the container", self.engine.service)
-            if container is None or container.state != "running":
-                raise ConfigError(
-                    "benchmark_status: no running t4serve container",
-                    found=container.state if container else "none",
-                    required="the container the benchmark runs in",
-                    fix="the results stay in the t4serve-cache volume under bench/; start the server again to read "
-                    "them",
-                )
-            folder = f"{BENCH_ROOT}/{run_id}"
-            seen = await blocking(progress, "reading the benchmark", lambda: self._read_bench(container.id, "read",
-                                                                                             folder))  # fmt: skip
-            if seen["exit_code"] is None:
-                return self._bench_status(run_id, seen, None)
-            await blocking(progress, "copying the results to this host",
-                           lambda: copy_in(self.engine, container.id, folder, target))  # fmt: skip
-        return await in_thread(lambda: self._bench_status(run_id, read_host_bench(target), target))
+        kept = await in_thread(lambda: read_host_answer(target))
+        if kept is not None:
+            return self._bench_status(kept, target)
+        container = await blocking(progress, "looking for the container", self.engine.service)
+        if container is None or container.state != "running":
+            raise ConfigError(
+                "benchmark_status: no running t4serve container",
+                found=container.state if container else "none",
+                required="the container the benchmark runs in",
+                fix="the results stay in the t4serve-cache volume under bench/; start the server again to read them",
+            )
+        answer = await blocking(progress, "reading the benchmark",
+                                lambda: self._ask(container.id, BenchResultAnswer,
+                                                  ["bench", "status", "--json", run_id]))  # fmt: skip
+        if answer.run.state == "running":
+            return self._bench_status(answer, None)
+        await blocking(progress, "copying the results to this host",
+                       lambda: copy_in(self.engine, container.id, answer, target))  # fmt: skip
+        return self._bench_status(answer, target)
 
-    def _bench_status(self, run_id: str, seen: dict[str, Any], target: Path | None) -> BenchStatus:
-        """The status from what was read (in the container while running, from the host copy once ended)."""
-        from t4serve.bench.results import read_runs, summarize
-
-        code = seen["exit_code"]
-        gone = code is None and not seen["alive"]
+    def _bench_status(self, answer: BenchResultAnswer, target: Path | None) -> BenchStatus:
+        """The tool's result from the container's answer (while running, or as kept in the host copy once ended)."""
+        run = answer.run
         state: Literal["running", "done", "failed"] = (
-            "failed" if gone or (code is not None and code != 0) else "running" if code is None else "done"
+            "running" if run.state == "running" else "done" if run.state == "done" else "failed"
         )
-        log = seen["log"]
-        if gone:
-            log += "\n(the benchmark's process is gone without an exit code: the container restarted or it was killed)"
-        progress = BENCH_PROGRESS.findall(log)
-        cells: list[BenchCell] = []
-        plots: list[str] = []
-        if target is not None:
-            result = target / "result"
-            if (result / "runs.json").is_file():
-                try:
-                    summaries = summarize(read_runs(result).runs)
-                except T4ServeError:
-                    summaries = []
-                cells = [
-                    BenchCell(model=c.model, input_len=c.input_len, concurrency=c.concurrency,
-                              repeats_ok=c.repeats_ok, repeats_failed=c.repeats_failed,
-                              completed_requests=c.completed, failed_requests=c.failed_requests,
-                              throughput_tok_s=c.throughput, per_stream_tok_s=c.per_stream, ttft_ms=c.ttft_ms,
-                              variation_pct=c.variation_pct, errors=[e[:300] for e in c.errors[:5]])
-                    for c in summaries
-                ]  # fmt: skip
-            plots = [str(result / name) for name in seen["plots"]]
         return BenchStatus(
-            run_id=run_id,
+            run_id=run.run_id,
             state=state,
-            exit_code=code,
-            runs_done=int(progress[-1][0]) if progress else None,
-            runs_planned=int(progress[-1][1]) if progress else None,
-            log_tail=redact(tail_text(log, 8 * 1024), self.env.secrets()),
-            report_md=tail_text(seen["report"], BENCH_TEXT_BYTES) if seen["report"] is not None else None,
-            cells=cells,
+            exit_code=run.exit_code,
+            runs_done=run.runs_done,
+            runs_planned=run.runs_planned,
+            log_tail=redact(tail_text(answer.log_tail, 8 * 1024), self.env.secrets()),
+            report_md=tail_text(answer.report_md, BENCH_TEXT_BYTES) if answer.report_md is not None else None,
+            cells=[BenchCell(**to_dict(cell)) for cell in answer.cells] if target is not None else [],
             host_folder=str(target) if target is not None else None,
-            plots=plots,
+            plots=[str(target / name) for name in answer.plots] if target is not None else [],
         )
 
 
-# Runs in the container (sh): the run folder holds bench.log and exit-code beside bench's own result/ folder (bench
-# refuses an output folder that holds files). The folder is the wrapper's own argument, so its process is found by it.
-BENCH_SCRIPT = (
-    'd=$1; shift; mkdir -p "$d" && t4serve bench --output "$d/result" "$@" >"$d/bench.log" 2>&1; '
-    'echo $? >"$d/exit-code"'
-)
-
-
-def copy_in(engine: Engine, container: str, folder: str, target: Path) -> None:
-    """Copy a finished run folder out of the container to `target`: into a temporary sibling first, then renamed, so
-    `target` is complete or absent (an interrupted copy leaves no half folder that would be read as the result)."""
+def copy_in(engine: Engine, container: str, answer: BenchResultAnswer, target: Path) -> None:
+    """Copy a finished run's folder out of the container to `target`, with the container's answer beside its files:
+    into a temporary sibling first, then renamed, so `target` is complete or absent (an interrupted copy leaves no
+    half folder that would be read as the result)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.copying-{uuid.uuid4().hex[:8]}"
     try:
-        engine.copy_out(container, folder, staging)
+        engine.copy_out(container, answer.run.folder, staging)
+        (staging / ANSWER_FILE).write_text(json.dumps(to_dict(answer)) + "\n", encoding="utf-8")
         staging.rename(target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def read_host_bench(target: Path) -> dict[str, Any]:
-    """What READ_BENCH reads, from the copy on this host."""
-
-    def read(path: Path, limit: int) -> str | None:
-        try:
-            return read_tail_bounded(path, limit, "the benchmark's file").decode("utf-8", "replace")
-        except (OSError, Untrusted):  # absent, or not a regular file (a FIFO copied out would block a plain read)
-            return None
-
-    code = (read(target / "exit-code", 32) or "").strip()
-    result = target / "result"
-    return {
-        "exit_code": int(code) if code.lstrip("-").isdigit() else None,
-        "alive": False,
-        "log": read(target / "bench.log", 16384) or "",
-        "report": read(result / "report.md", 65536),
-        "plots": sorted(p.name for p in result.glob("*.png")) if result.is_dir() else [],
-    }
-
-
-# Runs in the container (its Python). `read FOLDER`: a run's exit code, whether its wrapper still runs, its log tail,
-# report and plot names. `running ROOT`: the runs under ROOT whose wrapper still runs and that have no exit code.
-READ_BENCH = """
-import json, os, sys
-mode, d = sys.argv[1], sys.argv[2]
-def alive(folder):
-    want, me = folder.rstrip("/").encode(), str(os.getpid())
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and pid != me:
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if want in f.read().split(b"\\0"):
-                        return True
-            except OSError:
-                pass
-    return False
-def read(path, limit):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2); size = f.tell(); f.seek(max(0, size - limit))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
+def read_host_answer(target: Path) -> BenchResultAnswer | None:
+    """The answer kept in a finished run's host copy, or None when there is no copy. Read bounded and without
+    blocking (a FIFO there is refused); a copy whose answer cannot be read is an error naming it."""
+    if not target.is_dir():
         return None
-def code(folder):
-    text = (read(os.path.join(folder, "exit-code"), 32) or "").strip()
-    return int(text) if text.lstrip("-").isdigit() else None
-if mode == "running":
-    names = sorted(os.listdir(d)) if os.path.isdir(d) else []
-    print(json.dumps({"running": [n for n in names if code(os.path.join(d, n)) is None and alive(os.path.join(d, n))]}))
-    sys.exit(0)
-if not os.path.isdir(d):
-    sys.exit(f"no such folder {d}")
-up = alive(d)  # before the exit code: a wrapper that ends in between has written it
-result = os.path.join(d, "result")
-plots = sorted(n for n in os.listdir(result) if n.endswith(".png")) if os.path.isdir(result) else []
-print(json.dumps({"exit_code": code(d), "alive": up, "log": read(os.path.join(d, "bench.log"), 16384) or "",
-                  "report": read(os.path.join(result, "report.md"), 65536), "plots": plots}))
-"""
+    try:
+        return from_dict(BenchResultAnswer, load_json_file(target / ANSWER_FILE, MAX_ANSWER_BYTES, "the answer"))
+    except (OSError, Untrusted, ConfigError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else getattr(exc, "what", None) or str(exc)
+        raise ConfigError(
+            f"benchmark_status: the host copy {target} cannot be read",
+            found=f"{target / ANSWER_FILE}: {reason}"[:500],
+            required=f"the folder benchmark_status copied, with its {ANSWER_FILE}",
+            fix=f"remove {target} and call benchmark_status again (it copies the run anew from the container)",
+        ) from None

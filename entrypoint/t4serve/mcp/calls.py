@@ -31,19 +31,18 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
+from t4serve.config.secrets import read_secret_file
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.host.engine import Cancelled, Engine, cancelled_by
 from t4serve.mcp.deploylock import Holder, hold, lock_file
 from t4serve.mcp.models import StatusOut
 from t4serve.probes.gpu import Nvml
-from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded, shown
+from t4serve.untrusted import REDACTED, Untrusted, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# A secret file holds one token; a larger file is not one (t4serve.config.secrets reads them with the same cap).
-SECRET_FILE_MAX_BYTES = 64 * 1024
 # A blocking call reports progress this often; a cancelled one is given this long to stop its clients.
 HEARTBEAT_S = 2.0
 STOP_WAIT_S = 30.0
@@ -122,8 +121,7 @@ def known_secrets(environ: Mapping[str, str], files: Sequence[Path] = ()) -> lis
     for path in [*(environ.get(name) for name in names), *map(str, files)]:
         if path:
             try:
-                # Bounded and non-blocking: a FIFO or /dev/zero named here must not hold or fill this process.
-                values.append(read_text_bounded(Path(path), SECRET_FILE_MAX_BYTES, "the secret file").strip())
+                values.append(read_secret_file(Path(path)).strip())
             except (OSError, Untrusted):
                 continue
     return [v for v in values if len(v) >= 8]

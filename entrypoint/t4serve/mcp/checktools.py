@@ -2,7 +2,8 @@
 baked into the image (verified, or applied by a build), and the plan.
 
 Each calls what its command calls: t4serve.host.hostcheck for `host-check`, the pipeline and the plan for `plan`,
-preflight's clamp check and `t4serve patch verify` in a throwaway container of the image.
+preflight's clamp check and `t4serve patch verify` in a throwaway container of the image, the image's manifest as its
+own `t4serve probe --manifest-only --json` answers it (t4serve.contract).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pydantic import Field
 from t4serve.config.settings import Settings
 from t4serve.errors import EngineError
 from t4serve.facts import Facts
-from t4serve.host.engine import MANIFEST_PATH, client_json
+from t4serve.host.engine import MANIFEST_PATH
 from t4serve.mcp.calls import (
     MODEL_HELP,
     SETTINGS_HELP,
@@ -41,6 +42,7 @@ from t4serve.mcp.models import (
 )
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.preflight import Finding, check_clamp, has_failures
+from t4serve.serde import to_dict
 
 VERIFY_TIMEOUT_S = 1200.0
 
@@ -202,12 +204,15 @@ class CheckTools(ToolGroup):
                 required="a successful build (it applies and proves the clamp)",
                 fix="read the output above; `scripts/build-image` by hand shows all of it",
             )
+        from t4serve.host.hostcheck import image_manifest
+
         image = await in_thread(self.engine.image)
-        text = await in_thread(lambda: self.engine.read_image_file(MANIFEST_PATH))
-        if image is None or text is None:
+        manifest = await in_thread(lambda: image_manifest(self.engine, image)) if image is not None else None
+        if image is None or manifest is None or not manifest.present:
             raise EngineError(
                 "apply_turing_patch: the build finished but the image or its manifest is missing",
-                found=f"image {self.engine.image_ref}: {'present' if image else 'absent'}",
+                found=f"image {self.engine.image_ref}: "
+                + ("absent" if image is None else f"present; {manifest.error if manifest else 'no manifest'}"),
                 required=f"{self.engine.image_ref} with {MANIFEST_PATH}",
                 fix="run scripts/build-image by hand and read its output",
             )
@@ -217,7 +222,7 @@ class CheckTools(ToolGroup):
             size_bytes=image.size_bytes,
             build_exit_code=done.returncode,
             build_output=output,
-            manifest=client_json(text, "the image's build manifest", ["cat", MANIFEST_PATH]),
+            manifest=to_dict(manifest),
         )
 
     # Reads a checkpoint's config from the HF hub when it is not in the cache.

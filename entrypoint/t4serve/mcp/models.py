@@ -185,8 +185,8 @@ class BenchStatus(BaseModel):
     run_id: str
     state: Literal["running", "done", "failed"]
     exit_code: int | None
-    runs_done: int | None = Field(description="runs finished so far (from the log)")
-    runs_planned: int | None
+    runs_done: int = Field(description="runs finished so far (the sweep's runs.json, rewritten after every run)")
+    runs_planned: int | None = Field(description="runs the sweep will make (None until it has written runs.json)")
     log_tail: str
     report_md: str | None
     cells: list[BenchCell] = Field(description="the report's figures, once the benchmark has ended")

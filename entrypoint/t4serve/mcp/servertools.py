@@ -2,8 +2,9 @@
 query to the model it serves.
 
 `start_vllm_server` returns only once the container runs and t4serve has written its state, or with the container's
-exit code and last log lines. The status is `t4serve status --json` in the container; HTTP to the served model goes
-through t4serve.httpclient, the project's one client, and the API key is sent only in a request header.
+exit code and last log lines. The status is `t4serve status --json` in the container (typed: t4serve.contract); HTTP
+to the served model goes through t4serve.httpclient, the project's one client, and the API key is sent only in a
+request header.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from t4serve.config.secrets import client_api_key
+from t4serve.contract import StatusAnswer, read_answer
 from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
-from t4serve.host.engine import API_PORT, Engine, Mount, ServiceContainer, client_json
+from t4serve.host.engine import API_PORT, Engine, Mount, ServiceContainer
 from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.mcp.calls import (
     MODEL_HELP,
@@ -38,9 +40,7 @@ from t4serve.mcp.calls import (
 )
 from t4serve.mcp.models import MAX_PROMPT_CHARS, ChatMessage, FigureOut, LogsOut, QueryOut, StartOut, StatusOut, StopOut
 from t4serve.mcp.registry import READ_ONLY, hints, tool
-from t4serve.serde import from_dict
-from t4serve.supervise.phases import PHASES, UNHEALTHY
-from t4serve.supervise.state import CONFIG_ERROR_WHAT
+from t4serve.supervise.phases import CONFIG_ERROR, PHASES, UNHEALTHY
 
 MAX_LOG_LINES = 500
 MAX_LOG_BYTES = 64 * 1024
@@ -180,7 +180,7 @@ class ServerTools(ToolGroup):
                 raise await self._start_failure(container)
             if container.state == "running":
                 status = await blocking(progress, "waiting for t4serve's state", lambda: read_status(self.env))
-                if status.phase == "config_error":
+                if status.phase == CONFIG_ERROR:
                     # It waits for a stop (so compose's restart policy does not loop it): stop it, keep it, and
                     # answer as for a container that exited at once, with its exit code (2) and its log lines.
                     await blocking(progress, "stopping the container that stopped on a configuration error",
@@ -374,12 +374,14 @@ def published_url(engine: Engine, container: ServiceContainer, port: int) -> str
     return local_url(*published)
 
 
+# What server_status runs in the container (t4serve.contract.StatusAnswer).
+STATUS_ARGV = ("t4serve", "status", "--json")
+
+
 def read_status(env: ToolEnv) -> StatusOut:
     """The server as `server_status` reports it: the container, and `t4serve status --json` run in it."""
     from t4serve.supervise.logwatch import compare
-    from t4serve.supervise.phases import PHASE_LABELS
-    from t4serve.supervise.readout import render_status, time_to_ready
-    from t4serve.supervise.state import ServeState
+    from t4serve.supervise.readout import render_config_error, render_status, time_to_ready
 
     container = env.engine.service()
     empty: dict[str, Any] = {
@@ -420,22 +422,29 @@ def read_status(env: ToolEnv) -> StatusOut:
             f"container {container.name} is {container.state} (exit {container.exit_code}); server_logs shows why"
         )
         return StatusOut(running=False, ready=False, api_url=None, text=text, **base, **empty)
-    done = env.engine.exec(container.id, ["t4serve", "status", "--json"])
-    if done.returncode != 0:
-        api_url = published_url(env.engine, container, API_PORT)
-        answer = done.stderr.strip() or "no output"
-        if CONFIG_ERROR_WHAT in answer:
-            # compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait: serve printed the error and waits instead of exiting.
-            found = answer.split("found:", 1)[1].splitlines()[0].strip() if "found:" in answer else answer
-            return StatusOut(running=True, ready=False, api_url=api_url, text=capped(answer), **base,
-                             **{**empty, "phase": "config_error", "phase_label": "stopped on a configuration error",
-                                "reason": capped(found)})  # fmt: skip
-        text = f"the server has no state yet: {answer.splitlines()[-1]}"
-        return StatusOut(running=True, ready=False, api_url=api_url, text=text, **base, **empty)
-    state = from_dict(ServeState, client_json(done.stdout, "server_status", ["t4serve", "status", "--json"]),
-                      where="t4serve status --json")
-    api_url = published_url(env.engine, container, state.port)
+    done = env.engine.exec(container.id, list(STATUS_ARGV))
     now = env.clock()
+    try:
+        answer = read_answer(StatusAnswer, STATUS_ARGV, done.returncode, done.stdout, done.stderr,
+                             container.image or env.engine.image_ref)  # fmt: skip
+    except ConfigError as exc:
+        # The container's t4serve has no readable state yet (serve writes it within seconds of the start).
+        api_url = published_url(env.engine, container, API_PORT)
+        text = f"the server has no state yet: {exc.what}" + (f" ({exc.found})" if exc.found else "")
+        return StatusOut(running=True, ready=False, api_url=api_url, text=capped(text), **base, **empty)
+    stopped = answer.config_error
+    if stopped is not None or answer.state is None:
+        # compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait: serve printed the error and waits instead of exiting.
+        api_url = published_url(env.engine, container, API_PORT)
+        fields = {**empty, "phase": answer.phase, "phase_label": answer.label}
+        if stopped is not None:
+            fields.update(phase_seconds=max(0.0, now - stopped.stopped_at) if stopped.stopped_at > 0 else None,
+                          reason=capped(stopped.what), diagnosis=stopped.found and capped(stopped.found),
+                          fix=stopped.fix and capped(stopped.fix))  # fmt: skip
+        text = render_config_error(stopped, now) if stopped is not None else f"phase {answer.label}"
+        return StatusOut(running=True, ready=False, api_url=api_url, text=capped(text), **base, **fields)
+    state = answer.state
+    api_url = published_url(env.engine, container, state.port)
     figures = [
         FigureOut(
             name=c.name, logged=c.measured, predicted=c.predicted, unit=c.unit, deviation=c.deviation, how=c.how
@@ -459,7 +468,7 @@ def read_status(env: ToolEnv) -> StatusOut:
         api_url=api_url,
         api_port=state.port,
         phase=state.phase,
-        phase_label=PHASE_LABELS.get(state.phase, state.phase),
+        phase_label=answer.label,
         phase_seconds=max(0.0, now - state.phase_began_at()),
         model=state.model,
         served_model_name=state.served_model_name,

@@ -1,12 +1,13 @@
 """The model probe: resolve a checkpoint, read config.json and every safetensors header, group bytes by part and dtype.
 
-`probe_model(requested, hf_home=..., offline=...) -> ModelFacts` never reads tensor data and never raises for a bad
+`probe_model(target, hf_home=..., offline=...) -> ModelFacts` never reads tensor data and never raises for a bad
 checkpoint: a missing config.json, a malformed header or a truncated file is a fact (source "invalid", `error` naming
 the file and the problem). Every file is untrusted input (t4serve.untrusted): bounded size and nesting, numbers the
 planner uses checked, header offsets checked against the file, each other and dtype x shape, and names from the index
 or refs/main kept inside the checkout or the cache. Not local: headers are read remotely when the hub is reachable,
 else the built-in facts of the two aliases (source "builtin", provenance in config["provenance"]) or a clean
-"not-local" fact.
+"not-local" fact. The target is what the settings resolved (`Settings.model.target`: an alias is expanded there,
+once): a repo id or a directory, never an alias.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
+from t4serve.config.aliases import BF16_REPO, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
 from t4serve.probes import configdefaults, hfconfig
 from t4serve.untrusted import (
@@ -367,9 +368,9 @@ def quant_method(config: dict[str, Any]) -> str | None:
     return None
 
 
-def resolve_local(requested: str, hf_home: str) -> tuple[Path, str] | None:
-    """(directory holding config.json, "local-dir" or "hf-cache"), or None when the checkpoint is not on disk."""
-    repo = MODEL_ALIASES.get(requested, requested)
+def resolve_local(repo: str, hf_home: str) -> tuple[Path, str] | None:
+    """(directory holding config.json, "local-dir" or "hf-cache"), or None when the checkpoint (a repo id or a
+    directory) is not on disk."""
     direct = Path(repo).expanduser()
     if direct.is_dir():
         return direct.resolve(), "local-dir"
@@ -527,9 +528,9 @@ def builtin_facts(repo: str, why_not_remote: str) -> ModelFacts | None:
     )
 
 
-def probe_model(requested: str, *, hf_home: str, offline: bool) -> ModelFacts:
-    """Facts about the checkpoint `requested` names (alias, repo id or local directory); never raises on its content."""
-    repo = MODEL_ALIASES.get(requested, requested)
+def probe_model(repo: str, *, hf_home: str, offline: bool) -> ModelFacts:
+    """Facts about the checkpoint `repo` names (a repo id or a local directory: Settings.model.target); never raises
+    on its content."""
     local = resolve_local(repo, hf_home)
     if local is not None:
         return probe_local(repo, *local)

@@ -114,7 +114,7 @@ def check(
     """(exit code, the one line to print)."""
     stopped = read_config_error(state_dir)
     if stopped is not None:
-        return 1, f"unhealthy: {WAITING} {stopped}"
+        return 1, f"unhealthy: {WAITING} {stopped.headline()}"
     try:
         state = read_state(state_dir)
     except T4ServeError as exc:
@@ -149,7 +149,7 @@ def check_liveness(state_dir: Path, timeout: float = DEADLINE_S, now: float | No
     stopped = read_config_error(state_dir)
     if stopped is not None:
         # A restart would meet the same setting: alive, and readiness says why it takes no traffic.
-        return 0, f"alive: {WAITING} {stopped}"
+        return 0, f"alive: {WAITING} {stopped.headline()}"
     try:
         state = read_state(state_dir)
     except T4ServeError as exc:

@@ -5,7 +5,8 @@ the lines of vLLM's log that move the phase tracker into it, each with the forma
 vLLM's profiling run (gpu_worker.determine_available_memory), so its time falls in "profiling"; after the KV cache is
 allocated vLLM compiles the remaining batch sizes and captures CUDA graphs ("compiling"). "downloading" is seen in the
 HF cache (vLLM logs nothing when a download starts); "canary", "ready", "canary_failed" and "failed" are set by the
-wrapper (t4serve.supervise.run_vllm), "stopping" by a stop signal. `FIGURE_LINES` are the log lines that carry figures
+wrapper (t4serve.supervise.run_vllm), "stopping" by a stop signal, "config_error" by `serve` stopping on a bad setting
+before any vLLM (`t4serve status` reports it). `FIGURE_LINES` are the log lines that carry figures
 and start no phase. Each log line holds vLLM's own format string as the source of `VLLM_VERSION` writes it
 (tests/image/test_log_formats.py checks each against the image's vLLM source and its regex against the format filled
 in) and where vLLM 0.26, met on the GPU host, words it otherwise (both are matched, so a changed message in another
@@ -27,11 +28,14 @@ _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 NOT_READY_LOADING = "not ready: the phase, how long it has lasted, the estimate to ready"
 READY_WHEN_ANSWERING = "ready when /health answers and /v1/models lists the served model; else unhealthy"
 UNHEALTHY = "unhealthy: the reason, and the diagnosis or hint"
+UNHEALTHY_CONFIG = "unhealthy: the configuration error it stopped on"
 NOT_READY_STOPPING = "not ready: draining in-flight requests"
 # What the liveness check (`t4serve healthcheck --liveness`, Kubernetes' livenessProbe) answers in a phase.
 ALIVE_WITHIN_BUDGET = "alive until the attempt has loaded for longer than the cold-start budget"
 ALIVE_WHILE_ANSWERING = "alive while /health answers 200"
 ALIVE = "alive: a restart would not help"
+# The phase of a container whose `serve` stopped on a configuration error and waits for a stop signal.
+CONFIG_ERROR = "config_error"
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,10 @@ PHASES: dict[str, Phase] = {
         Phase("canary_failed", "canary failed (server answers, but wrongly)", None, UNHEALTHY, ALIVE,
               entered_on="the canary's wrong answer"),
         Phase("failed", "failed (vLLM exited)", None, UNHEALTHY, ALIVE, entered_on="vLLM exits"),
+        # No vLLM runs: `serve` stopped before it (T4SERVE_ON_CONFIG_ERROR=wait) and left the error in the state
+        # folder instead of a state file (t4serve.supervise.state.ConfigErrorRecord).
+        Phase(CONFIG_ERROR, "stopped on a configuration error (waits for a stop signal)", None, UNHEALTHY_CONFIG, ALIVE,
+              entered_on="`serve` stops on a configuration error under T4SERVE_ON_CONFIG_ERROR=wait"),
         Phase("stopping", "stopping (draining in-flight requests)", None, NOT_READY_STOPPING, ALIVE,
               entered_on="a stop signal"),
     )

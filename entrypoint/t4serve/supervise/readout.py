@@ -13,9 +13,9 @@ from t4serve.config.settings import default_of
 from t4serve.probes.checkpoint import builtin_facts
 from t4serve.supervise import history
 from t4serve.supervise.logwatch import compare, format_comparison
-from t4serve.supervise.phases import LOADING_PHASES, PHASE_LABELS
+from t4serve.supervise.phases import CONFIG_ERROR, LOADING_PHASES, PHASE_LABELS
 from t4serve.supervise.startbudget import cold_start_budget
-from t4serve.supervise.state import ServeState
+from t4serve.supervise.state import ConfigErrorRecord, ServeState
 from t4serve.units import fmt_duration
 
 
@@ -47,6 +47,16 @@ def cold_budget_note(model: str) -> str:
         return ""
     budget = cold_start_budget(facts.weight_bytes)
     return f"; a cold start (download, load, compile) is budgeted at up to {fmt_duration(budget.total_seconds)}"
+
+
+def render_config_error(record: ConfigErrorRecord, now: float) -> str:
+    """`t4serve status` of a container whose `serve` stopped on a configuration error and waits (no vLLM runs)."""
+    since = f" for {fmt_duration(now - record.stopped_at)}" if record.stopped_at > 0 else ""
+    lines = [f"phase:    {PHASE_LABELS[CONFIG_ERROR]}{since}", f"error:    {record.what}"]
+    lines += [f"{name + ':':<10}{value}" for name, value in (("found", record.found), ("required", record.required),
+                                                             ("fix", record.fix)) if value is not None]
+    lines.append("then:     `docker compose up -d` (it recreates the container), or `docker compose down`")
+    return "\n".join(lines)
 
 
 def render_status(state: ServeState, now: float) -> str:

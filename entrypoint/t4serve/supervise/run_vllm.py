@@ -26,6 +26,7 @@ from t4serve.config import compilation
 from t4serve.httpclient import local_url
 from t4serve.supervise import compilerecord, history
 from t4serve.supervise.canary import run_canary
+from t4serve.supervise.children import stop_child
 from t4serve.supervise.diagnose import diagnose
 from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
 from t4serve.supervise.phases import PHASE_LABELS, PHASES
@@ -66,36 +67,6 @@ def downloads_active(hf_hub_cache: str) -> bool:
     if not root.is_dir():
         return False
     return any(True for _ in root.glob("models--*/blobs/*.incomplete"))
-
-
-def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Every process below `pid` (children first), read from /proc/*/stat; [] where /proc cannot say."""
-    children: dict[int, list[int]] = {}
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
-            ppid = int(text[text.rindex(")") + 2 :].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.append(child)
-                todo.append(child)
-    return found
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and everything below it (vLLM's engine core holds the GPU; it must not outlive its server)."""
-    for target in [pid, *descendants(pid)]:
-        try:
-            os.kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
 
 
 class Wrapper:
@@ -238,12 +209,8 @@ class Wrapper:
         child = self.child
         if child is None or child.poll() is not None:
             return
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(GIVE_UP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.say(f"vLLM still running {GIVE_UP_GRACE_S:.0f} s after SIGTERM; killing its processes")
-            kill_tree(child.pid)
+        if not stop_child(child, GIVE_UP_GRACE_S):
+            self.say(f"vLLM was still running {GIVE_UP_GRACE_S:.0f} s after SIGTERM; its processes were killed")
 
     def _ticker(self) -> None:
         """Download watching, /health polling and the canary: everything vLLM's log cannot say."""

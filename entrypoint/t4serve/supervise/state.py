@@ -27,7 +27,6 @@ from t4serve.untrusted import (
     check_text,
     load_json_file,
     printable,
-    read_text_bounded,
 )
 
 STATE_SCHEMA = 1
@@ -37,12 +36,9 @@ STATE_FILE = "state.json"
 RUN_SPEC_FILE = "run-spec.json"
 EXIT_REQUEST_FILE = "exit-request.json"
 SUPERVISORD_CONF_FILE = "supervisord.conf"
-# Written by `serve` when it stopped on a configuration error and waits (T4SERVE_ON_CONFIG_ERROR=wait): the message.
-CONFIG_ERROR_FILE = "config-error.txt"
-# What `t4serve status` says of it (exit 2), the words an MCP start looks for in the container's answer.
-CONFIG_ERROR_WHAT = (
-    "t4serve serve stopped on a configuration error and waits for a stop signal (T4SERVE_ON_CONFIG_ERROR=wait)"
-)
+# Written by `serve` when it stopped on a configuration error and waits (T4SERVE_ON_CONFIG_ERROR=wait): a
+# ConfigErrorRecord. `t4serve status` reports it as the phase config_error; healthcheck answers from it.
+CONFIG_ERROR_FILE = "config-error.json"
 
 @dataclass(frozen=True)
 class PhaseMark:
@@ -165,6 +161,21 @@ def new_state(spec: RunSpec, *, started_at: float, attempt: int = 1, now: float 
 
 
 @dataclass(frozen=True)
+class ConfigErrorRecord:
+    """The configuration error `serve` stopped on (T4SERVE_ON_CONFIG_ERROR=wait): its parts, as printed."""
+
+    what: str
+    found: str | None
+    required: str | None
+    fix: str | None
+    stopped_at: float
+
+    def headline(self) -> str:
+        """Its first line (a message about several settings lists them on the lines after)."""
+        return (self.what.splitlines() or ["(no message)"])[0]
+
+
+@dataclass(frozen=True)
 class ExitRequest:
     """The listener's decision to end the container, and the exit code PID 1 should use."""
 
@@ -231,17 +242,28 @@ def read_state(state_dir: Path) -> ServeState:
     return _load(ServeState, state_dir / STATE_FILE, "the server state file")
 
 
-def read_config_error(state_dir: Path) -> str | None:
-    """The first line of the configuration error `serve` stopped on and now waits after (CONFIG_ERROR_FILE), or
-    None when it did not."""
+def write_config_error(state_dir: Path, record: ConfigErrorRecord) -> None:
+    write_atomic(state_dir / CONFIG_ERROR_FILE, _dump(record), mode=0o600)
+
+
+def read_config_error(state_dir: Path) -> ConfigErrorRecord | None:
+    """The configuration error `serve` stopped on and now waits after (CONFIG_ERROR_FILE), or None when it did not.
+    A file that cannot be read is still such a stop: its record says why its message is missing."""
+    path = state_dir / CONFIG_ERROR_FILE
+    if not path.exists() and not path.is_symlink():  # none (or no state folder: read_state says so)
+        return None
     try:
-        text = read_text_bounded(state_dir / CONFIG_ERROR_FILE, 16 * 1024, "the configuration error file")
+        record = from_dict(ConfigErrorRecord, load_json_file(path, MAX_STATE_BYTES, "the file"), where=path.name)
     except FileNotFoundError:
         return None
-    except Untrusted as exc:
-        return f"(its message cannot be read: {exc.reason})"
-    lines = text.strip().splitlines()
-    return printable(lines[0])[:500] if lines else "(no message)"
+    except (Untrusted, ConfigError) as exc:
+        reason = exc.reason if isinstance(exc, Untrusted) else exc.what
+        return ConfigErrorRecord(f"(its message cannot be read: {printable(reason)[:300]})", None, None, None, 0.0)
+    parts = (record.what, record.found, record.required, record.fix)
+    # Lines kept (a message lists every bad setting), each line's control characters escaped.
+    what, found, required, fix = (None if p is None else "\n".join(map(printable, p[:4000].splitlines()))
+                                  for p in parts)  # fmt: skip
+    return ConfigErrorRecord(what or "(no message)", found, required, fix, record.stopped_at)
 
 
 def write_run_spec(state_dir: Path, spec: RunSpec) -> Path:

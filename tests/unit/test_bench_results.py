@@ -232,7 +232,7 @@ def _sweep_folder(folder: Path, model_throughputs: dict[str, list[tuple[int, int
 
 
 def test_merge_takes_each_model_from_its_own_sweep(tmp_path: Path) -> None:
-    from t4serve.bench.results import Source, merge_runs
+    from t4serve.bench.merge import Source, merge_runs
 
     a = _sweep_folder(tmp_path / "a", {"published": [(512, 1, 301.5), (512, 16, 1783.2)],
                                        "t4serve": [(512, 1, 293.9)]})
@@ -257,7 +257,7 @@ def test_merge_takes_each_model_from_its_own_sweep(tmp_path: Path) -> None:
 def test_merge_refuses_a_cell_twice_a_model_not_there_and_unlike_sweeps(
     tmp_path: Path, pick_a: tuple[str, ...] | None, output_len_b: int, says: str
 ) -> None:
-    from t4serve.bench.results import Source, merge_runs
+    from t4serve.bench.merge import Source, merge_runs
 
     a = _sweep_folder(tmp_path / "a", {"published": [(512, 1, 301.5)], "t4serve": [(512, 1, 293.9)]})
     b = _sweep_folder(tmp_path / "b", {"t4serve": [(512, 1, 290.0)]}, output_len=output_len_b)
@@ -304,7 +304,7 @@ def test_goodput_is_read_from_the_result_and_absent_without_it() -> None:
 def test_merge_refuses_sweeps_counted_against_different_objectives(tmp_path: Path) -> None:
     import dataclasses
 
-    from t4serve.bench.results import Source, merge_runs
+    from t4serve.bench.merge import Source, merge_runs
 
     a = RunsFile(1, ["qat"], [512], [4], 3, 128, "s", hand_runs()[:3], slo_ttft_ms=2000.0, slo_tpot_ms=100.0)
     b = RunsFile(1, ["bf16"], [512], [4], 3, 128, "s", hand_runs()[3:], slo_ttft_ms=500.0, slo_tpot_ms=100.0)

@@ -382,7 +382,8 @@ def merge_command(output: Path, sources: tuple[str, ...]) -> None:
     import shutil
     import tempfile
 
-    from t4serve.bench.results import Source, load_runs, merge_runs
+    from t4serve.bench.merge import Source, merge_runs
+    from t4serve.bench.results import load_runs
     from t4serve.bench.runner import write_folder
 
     if len(sources) < 2:

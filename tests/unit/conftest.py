@@ -3,8 +3,23 @@ promises hold), printed by every run that ran them (docs/verification-hardening.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
-from hardening import Tally
+from hardening import StdioServer, Tally
+
+
+@pytest.fixture
+def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:
+    """`t4serve mcp` over stdio (hardening.StdioServer), killed at the end of the test if still running."""
+    server = StdioServer(tmp_path)
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

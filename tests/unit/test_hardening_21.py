@@ -592,17 +592,6 @@ def test_t4serve_compile_and_compilation_flags_together_are_an_error(tmp_path: P
 # tool arguments as JSON gives them (no "1_0" read as 10), one Authorization header (the check read the last of
 # several), and no argument of megabytes echoed back or logged in full.
 
-@pytest.fixture
-def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:
-    server = StdioServer(tmp_path)
-    try:
-        yield server
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
-
-
 def test_every_malformed_stdio_message_is_answered(stdio_server: StdioServer) -> None:
     cases = [(b"not json", None, -32700), (b"{", None, -32700), (b"[]", None, -32600), (b"\xff\xfe", None, -32700),
              (b'{"jsonrpc": "2.0", "id": 7}', 7, -32600), (b'{"jsonrpc": "1.0", "id": "x", "method": "ping"}', "x",

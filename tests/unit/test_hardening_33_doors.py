@@ -11,7 +11,6 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +44,6 @@ def test_without_the_compose_plugin_docker_compose_is_used(tmp_path: Path, answe
     chosen = find_compose(str(docker), {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
     record(AREA, Outcome(0, str(chosen), ""), {0}, label="compose fallback")
     assert chosen == (str(standalone),)
-
-
-@pytest.fixture
-def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:
-    server = StdioServer(tmp_path)
-    try:
-        yield server
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
 
 
 def _answer(server: StdioServer, line: bytes, label: str) -> dict[str, Any]:

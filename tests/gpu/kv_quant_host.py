@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import struct
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -53,38 +55,67 @@ CHUNK = 1 << 24  # values generated and written at once
 KV_FIGURES = ("kv_tokens", "max_concurrency", "max_model_len")
 
 
-def randomize(directory: Path, seed: int = SEED) -> int:
+def randomize(directory: Path, seed: int = SEED, workers: int | None = None) -> int:
     """Fill every floating-point tensor of the safetensors files in `directory` with seeded random values, in place
-    (headers untouched, integer tensors untouched); returns the bytes written."""
-    import numpy as np
+    (headers untouched, integer tensors untouched); returns the bytes written. Each CHUNK of a tensor has its own
+    seed (the run's, the tensor's name, the chunk's index), so the bytes are the same whatever the number of
+    `workers` (default: every core; the E2B checkpoint's 5 billion values take about 90 s on one)."""
+    jobs = _fill_jobs(directory, seed)
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) == 1:
+        return sum(map(_fill, jobs))
+    import multiprocessing
 
-    rng = np.random.default_rng(seed)
-    written = 0
+    with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+        return sum(pool.imap_unordered(_fill, jobs))
+
+
+# A slice of one tensor to fill: (file, offset, values, dtype, mean, std, seed key).
+FillJob = tuple[str, int, int, str, float, float, tuple[int, int, int]]
+
+
+def _fill_jobs(directory: Path, seed: int) -> list[FillJob]:
+    jobs: list[FillJob] = []
     for path in sorted(directory.glob("*.safetensors")):
-        with path.open("r+b") as f:
+        with path.open("rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(size))
-            base = 8 + size
-            for name in sorted(k for k in header if k != "__metadata__"):
-                info = header[name]
-                if info["dtype"] not in FLOAT_DTYPES:
-                    continue
-                begin, end = info["data_offsets"]
-                shape = info["shape"]
-                if "norm" in name:
-                    mean, std = 1.0, 0.02
-                elif len(shape) == 2 and "embed" not in name:
-                    mean, std = 0.0, 1.0 / max(shape[-1], 1) ** 0.5
-                else:
-                    mean, std = 0.0, 0.02
-                item = 4 if info["dtype"] == "F32" else 2
-                count = (end - begin) // item
-                f.seek(base + begin)
-                for start in range(0, count, CHUNK):
-                    values = (rng.standard_normal(min(CHUNK, count - start), dtype=np.float32) * std + mean)
-                    f.write(_encode(values, info["dtype"]))
-                written += end - begin
-    return written
+        base = 8 + size
+        for name in sorted(k for k in header if k != "__metadata__"):
+            info = header[name]
+            if info["dtype"] not in FLOAT_DTYPES:
+                continue
+            begin, end = info["data_offsets"]
+            shape = info["shape"]
+            if "norm" in name:
+                mean, std = 1.0, 0.02
+            elif len(shape) == 2 and "embed" not in name:
+                mean, std = 0.0, 1.0 / max(shape[-1], 1) ** 0.5
+            else:
+                mean, std = 0.0, 0.02
+            item = 4 if info["dtype"] == "F32" else 2
+            count = (end - begin) // item
+            key = zlib.crc32(name.encode())
+            for index, start in enumerate(range(0, count, CHUNK)):
+                jobs.append((str(path), base + begin + start * item, min(CHUNK, count - start), info["dtype"], mean,
+                             std, (seed, key, index)))
+    return jobs
+
+
+def _fill(job: FillJob) -> int:
+    import numpy as np
+
+    path, offset, count, dtype, mean, std, key = job
+    values = np.random.default_rng(list(key)).standard_normal(count, dtype=np.float32) * std + mean
+    data = _encode(values, dtype)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], offset + done)
+    finally:
+        os.close(fd)
+    return len(data)
 
 
 def _encode(values: Any, dtype: str) -> bytes:
@@ -143,16 +174,28 @@ def post(url: str, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]
         return data
 
 
-def measure(base_url: str, model: str) -> dict[str, Any]:
-    """prompt_logprobs and a greedy continuation of every prompt, from one server."""
-    logprobs, greedy = [], []
+def measure(base_url: str, model: str, until: float | None = None) -> dict[str, Any]:
+    """prompt_logprobs and a greedy continuation of every prompt, from one server; with `until` (epoch seconds) no
+    request is sent after it (TimeoutError) and none waits past it by more than a minute."""
+    logprobs: list[list[dict[int, float]]] = []
+    greedy: list[Any] = []
+
+    def send(body: dict[str, Any]) -> dict[str, Any]:
+        timeout = 600.0
+        if until is not None:
+            if time.time() >= until:
+                raise TimeoutError(f"{model}: the numerics' time ended after {len(greedy)} of {len(prompts())} "
+                                   "prompts")
+            timeout = until - time.time() + 60
+        choice: dict[str, Any] = post(f"{base_url}/v1/completions", body, timeout=timeout)["choices"][0]
+        return choice
+
     for ids in prompts():
         body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": TOP_K}
-        choice = post(f"{base_url}/v1/completions", body)["choices"][0]
-        logprobs.append(top_tokens(choice["prompt_logprobs"]))
+        logprobs.append(top_tokens(send(body)["prompt_logprobs"]))
         body = {"model": model, "prompt": ids, "max_tokens": GREEDY_TOKENS, "temperature": 0, "ignore_eos": True,
                 "return_token_ids": True}
-        greedy.append(post(f"{base_url}/v1/completions", body)["choices"][0].get("token_ids"))
+        greedy.append(send(body).get("token_ids"))
     return {"logprobs": logprobs, "greedy": greedy}
 
 
@@ -177,6 +220,23 @@ def kv_figures(state: dict[str, Any]) -> dict[str, Any]:
     return {"logged": figures, "planned": predictions, "equal": {k: figures[k] == predictions[k] for k in keys}}
 
 
+def random_checkpoint(work: Path) -> Path:
+    """WORK/checkpoints/bf16-random: E2B's bf16 checkpoint with seeded random weights (written once, under a temporary
+    name renamed when complete, so a step cut short never leaves a half-written checkpoint behind)."""
+    from e2b_checkpoint import write_checkpoint  # type: ignore[import-not-found]
+
+    ckpt = work / "checkpoints" / "bf16-random"
+    if not (ckpt / "config.json").is_file():
+        tmp = ckpt.with_name(".bf16-random.writing")
+        shutil.rmtree(tmp, ignore_errors=True)
+        began = time.time()
+        write_checkpoint(tmp, "bf16", sparse=True, tokenizer=True, processor=True)
+        written = randomize(tmp)
+        tmp.rename(ckpt)
+        print(f"{ckpt}: {written / 2**30:.2f} GiB of seeded random weights in {time.time() - began:.1f} s", flush=True)
+    return ckpt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -189,18 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     if kinds[0] != "auto" or not set(kinds) <= set(KINDS):
         print(f"--kinds: auto first, then any of {', '.join(KINDS[1:])}", file=sys.stderr)
         return 2
-    from e2b_checkpoint import write_checkpoint  # type: ignore[import-not-found]
     from realserve import Server, vllm_version, write_json
 
     out, work = args.out, args.work
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = work / "checkpoints" / "bf16-random"
-    if not (ckpt / "config.json").is_file():
-        tmp = ckpt.with_name(".bf16-random.writing")
-        shutil.rmtree(tmp, ignore_errors=True)
-        write_checkpoint(tmp, "bf16", sparse=True, tokenizer=True, processor=True)
-        randomize(tmp)
-        tmp.rename(ckpt)
+    ckpt = random_checkpoint(work)
     record: dict[str, Any] = {"vllm": vllm_version(), "checkpoint": str(ckpt), "seed": SEED,
                               "prompt_lengths": PROMPT_LENGTHS, "prompts_per_length": PROMPTS_PER_LENGTH,
                               "top_k": TOP_K, "servers": {}}

@@ -86,3 +86,30 @@ def test_kv_figures_compare_logged_with_planned() -> None:
 def test_kinds_must_start_with_the_reference(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert kq.main([str(tmp_path / "out"), str(tmp_path), "--kinds", "int8,auto"]) == 2
     assert "auto first" in capsys.readouterr().err
+
+
+def test_randomize_is_the_same_whatever_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kq, "CHUNK", 1000)  # several chunks per tensor: each chunk seeded on its own
+    tensors = [("model.layers.0.q_proj.weight", "BF16", [64, 100]), ("model.embed_tokens.weight", "F32", [50, 70])]
+    for d in ("one", "four"):
+        (tmp_path / d).mkdir()
+        write_safetensors(tmp_path / d / "model.safetensors", tensors, sparse=True)
+    assert kq.randomize(tmp_path / "one", workers=1) == kq.randomize(tmp_path / "four", workers=4)
+    one, four = (tmp_path / d / "model.safetensors" for d in ("one", "four"))
+    assert one.read_bytes() == four.read_bytes()
+    _, raw = tensor(one, "model.embed_tokens.weight")
+    chunks = [raw[i:i + 4000] for i in range(0, len(raw), 4000)]
+    assert len(set(chunks)) == len(chunks)  # no two chunks drew the same values
+
+
+def test_measure_sends_nothing_after_its_time(tmp_path: Path) -> None:
+    from local_http import Canned, serve
+
+    answer = {"choices": [{"prompt_logprobs": [None, {"5": {"logprob": -0.1}}], "token_ids": [7, 8]}]}
+    with serve({"/v1/completions": Canned(body=answer)}) as server:
+        result = kq.measure(server.url, "m", until=None)
+        assert len(result["logprobs"]) == len(kq.prompts()) and result["greedy"][0] == [7, 8]
+        sent = len(server.requests)
+        with pytest.raises(TimeoutError, match="0 of"):
+            kq.measure(server.url, "m", until=0.0)
+        assert len(server.requests) == sent

@@ -233,18 +233,24 @@ def start_servers(servers: dict[str, Server], first: str, warm: Path, record: di
 
 def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> dict[str, Any]:
     """kv_quant_host's numerics: the fixed prompt set's prompt_logprobs and greedy continuations from `t4serve` (the
-    16-bit cache) and each ready kv server, all at once (one thread per server, each sending one request at a time,
-    so no server's batches change), compared with the 16-bit cache; nothing is sent after `until`."""
+    16-bit cache), each ready kv server and, where it runs, `published`, all at once (one thread per server, each
+    sending one request at a time, so no server's batches change), compared with `t4serve`; nothing is sent after
+    `until`. Two controls: `t4serve` measured a second time (`same_server_again`: one process's repeatability), and
+    `published` (`control_16bit`: another process with the same checkpoint and the same 16-bit cache), so the
+    quantized caches' agreement reads against what the comparison gives when the cache does not change at all (the
+    first hold's quantized caches agreed on almost nothing, and so, it turned out, did two 16-bit servers)."""
     from kv_quant_host import compare, greedy_agreement, measure
 
-    names = ["t4serve", *(f"kv-{k}" for k in kinds)]
+    names = ["t4serve", *(["published"] if "published" in servers else []), *(f"kv-{k}" for k in kinds)]
     measured: dict[str, Any] = {}
 
     def one(name: str) -> None:
         try:
             measured[name] = measure(servers[name].base_url, name, until=until)
+            if name == "t4serve":  # the same server again: what one process gives twice
+                measured["t4serve-again"] = measure(servers[name].base_url, name, until=until)
         except Exception as e:
-            measured[name] = {"error": f"{type(e).__name__}: {e}"}
+            measured.setdefault(name, {"error": f"{type(e).__name__}: {e}"})
 
     threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
     began = time.time()
@@ -254,13 +260,15 @@ def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> d
         t.join(timeout=max(until - time.time(), 0) + 70)
     out: dict[str, Any] = {"seconds": round(time.time() - began, 1)}
     reference = measured.get("t4serve") or {"error": "not measured"}
-    for kind in kinds:
-        other = measured.get(f"kv-{kind}") or {"error": "not measured"}
+    controls = [("same_server_again", "t4serve-again"), *([("control_16bit", "published")]
+                                                          if "published" in names else [])]
+    for key, name in [*((k, f"kv-{k}") for k in kinds), *controls]:
+        other = measured.get(name) or {"error": "not measured"}
         if "error" in reference or "error" in other:
-            out[kind] = {"error": reference.get("error") or other.get("error")}
+            out[key] = {"error": reference.get("error") or other.get("error")}
             continue
-        out[kind] = {**compare(reference["logprobs"], other["logprobs"]),
-                     "greedy": greedy_agreement(reference["greedy"], other["greedy"])}
+        out[key] = {**compare(reference["logprobs"], other["logprobs"]),
+                    "greedy": greedy_agreement(reference["greedy"], other["greedy"])}
     return out
 
 

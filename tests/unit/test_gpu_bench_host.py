@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import bench_host as bh
+import kv_quant_host as kq
 
 
 def test_the_deadline_comes_from_the_session_else_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +49,28 @@ def test_kv_servers_differ_from_the_plans_only_in_the_cache(tmp_path: Path) -> N
     for kind, server in zip(("int8", "int4"), kv.values(), strict=True):
         extra = {k: v for k, v in server.env.items() if plan.env.get(k) != v}
         assert extra == {"T4SERVE_SERVED_MODEL_NAME": f"kv-{kind}", "T4SERVE_KV_CACHE_DTYPE": kind}
+
+
+def test_numerics_carry_a_16bit_control_beside_the_quantized_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from types import SimpleNamespace
+
+    from local_http import Canned, serve
+
+    def answer(top: int, second: int) -> dict[str, object]:
+        position = {str(top): {"logprob": -0.1}, str(second): {"logprob": -2.0}}
+        return {"choices": [{"prompt_logprobs": [None, position], "token_ids": [top]}]}
+
+    monkeypatch.setattr(kq, "PROMPT_LENGTHS", (8, 600))  # two lengths, two prompts each: fewer requests, same path
+    monkeypatch.setattr(kq, "PROMPTS_PER_LENGTH", 2)
+    # Stand-ins for three servers' /v1/completions: the control answers as the reference does, int8 does not.
+    with serve({"/v1/completions": Canned(body=answer(5, 9))}) as ref, \
+            serve({"/v1/completions": Canned(body=answer(5, 9))}) as control, \
+            serve({"/v1/completions": Canned(body=answer(9, 5))}) as int8:
+        servers = {n: SimpleNamespace(base_url=s.url) for n, s in
+                   (("t4serve", ref), ("published", control), ("kv-int8", int8))}
+        out = bh.kv_numerics(servers, ["int8"], until=time.time() + 60)  # type: ignore[arg-type]
+    assert out["control_16bit"]["top1_agreement"] == 1.0 and out["control_16bit"]["greedy"]["identical"] == 4
+    assert out["same_server_again"]["top1_agreement"] == 1.0
+    assert len(ref.requests) == 4 * len(kq.prompts())  # the reference measured twice: two requests a prompt
+    assert out["int8"]["top1_agreement"] == 0.0 and out["int8"]["largest_top1_logprob_difference"] == pytest.approx(1.9)

@@ -3,8 +3,9 @@
     python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--timeout 900]
 
 1. Writes WORK/checkpoints/bf16-random: Gemma 4 E2B's bf16 checkpoint (tests/unit/e2b_checkpoint.py) with seeded
-   random, non-zero weights (`randomize`: linear weights N(0, 1/fan_in), norms 1 + N(0, 0.02), the rest N(0, 0.02)),
-   so attention, and so the KV cache, carries signal (zero weights give every cache dtype the same zeros).
+   random, non-zero weights (`randomize`, by `init_rule`: linear weights N(0, 1/fan_in), norms 1 + N(0, 0.02), layer
+   scalars 1, q_norm tempered, the embedding spread), so attention, and so the KV cache, carries signal (zero weights
+   give every cache dtype the same zeros) and rounding does not scramble the outputs.
 2. For each T4SERVE_KV_CACHE_DTYPE (auto first: the reference), one `t4serve serve` sized as a T4
    (T4SERVE_SIZE_AS=t4, the canary off: random weights answer nothing sensible): its phase, vLLM's logged KV figures
    (state.json `figures`) beside the plan's (`predictions`), and whether they are equal; a start that fails is
@@ -86,13 +87,7 @@ def _fill_jobs(directory: Path, seed: int) -> list[FillJob]:
             if info["dtype"] not in FLOAT_DTYPES:
                 continue
             begin, end = info["data_offsets"]
-            shape = info["shape"]
-            if "norm" in name:
-                mean, std = 1.0, 0.02
-            elif len(shape) == 2 and "embed" not in name:
-                mean, std = 0.0, 1.0 / max(shape[-1], 1) ** 0.5
-            else:
-                mean, std = 0.0, 0.02
+            mean, std = init_rule(name, info["shape"])
             item = 4 if info["dtype"] == "F32" else 2
             count = (end - begin) // item
             key = zlib.crc32(name.encode())
@@ -100,6 +95,32 @@ def _fill_jobs(directory: Path, seed: int) -> list[FillJob]:
                 jobs.append((str(path), base + begin + start * item, min(CHUNK, count - start), info["dtype"], mean,
                              std, (seed, key, index)))
     return jobs
+
+
+def init_rule(name: str, shape: list[int]) -> tuple[float, float]:
+    """The (mean, standard deviation) a tensor is filled with. Chosen so that the model's outputs are a function of its
+    inputs that small numeric differences do not scramble (tests/gpu/gemma4_numerics_cpu.py: with every tensor random,
+    as the first hold had it, two 16-bit runs agreed on 1 % of top-1 tokens, and so did int8 against 16 bits):
+    - a layer scalar (Gemma 4 multiplies the residual stream by it after every layer; vLLM's default is 1): 1, so
+      the residual path survives (at N(0, 0.02) each layer restarts the stream);
+    - q_norm: (1 + N(0, 0.02)) / sqrt(head_dim): Gemma 4 attends with scale 1.0 behind its q/k norms, so norms of 1
+      give scores of standard deviation sqrt(head_dim) (16 and 23 in E2B), an attention nearly one-hot whose winner
+      any rounding flips; trained norms give scores near 1;
+    - the token embedding (tied to the output head): N(0, 4 / sqrt(hidden)), so the logits spread (standard
+      deviation about 4) and the top-1 token leads by more than rounding; at 0.02 they are flat over 262,144 tokens;
+    - other norms 1 + N(0, 0.02); other matrices N(0, 1/fan_in); the rest (the per-layer embeddings) N(0, 0.02)."""
+    if name.endswith("layer_scalar"):
+        return 1.0, 0.0
+    if "q_norm" in name:
+        scale = 1.0 / max(shape[-1], 1) ** 0.5
+        return scale, 0.02 * scale
+    if name.endswith("embed_tokens.weight") and len(shape) == 2:
+        return 0.0, 4.0 / max(shape[-1], 1) ** 0.5
+    if "norm" in name:
+        return 1.0, 0.02
+    if len(shape) == 2 and "embed" not in name:
+        return 0.0, 1.0 / max(shape[-1], 1) ** 0.5
+    return 0.0, 0.02
 
 
 def _fill(job: FillJob) -> int:

@@ -113,3 +113,24 @@ def test_measure_sends_nothing_after_its_time(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError, match="0 of"):
             kq.measure(server.url, "m", until=0.0)
         assert len(server.requests) == sent
+
+
+def test_random_weights_keep_the_residual_path_and_a_usable_attention(tmp_path: Path) -> None:
+    """The rules tests/gpu/gemma4_numerics_cpu.py found necessary: layer scalars 1, q_norm / sqrt(head_dim), the tied
+    embedding spread to 4 / sqrt(hidden); the per-layer embedding and other norms as before."""
+    tensors = [("model.language_model.layers.3.layer_scalar", "BF16", [1]),
+               ("model.language_model.layers.3.self_attn.q_norm.weight", "F32", [256]),
+               ("model.language_model.layers.3.self_attn.k_norm.weight", "F32", [256]),
+               ("model.language_model.embed_tokens.weight", "F32", [300, 64]),
+               ("model.language_model.embed_tokens_per_layer.weight", "F32", [300, 64])]
+    write_safetensors(tmp_path / "model.safetensors", tensors, sparse=True)
+    kq.randomize(tmp_path, workers=1)
+    path = tmp_path / "model.safetensors"
+    _, raw = tensor(path, "model.language_model.layers.3.layer_scalar")
+    assert raw == bytes.fromhex("803f")  # bfloat16 1.0
+    q = np.frombuffer(tensor(path, "model.language_model.layers.3.self_attn.q_norm.weight")[1], "<f4")
+    k = np.frombuffer(tensor(path, "model.language_model.layers.3.self_attn.k_norm.weight")[1], "<f4")
+    assert q.mean() == pytest.approx(1 / 16, rel=0.01) and k.mean() == pytest.approx(1.0, abs=0.01)
+    embed = np.frombuffer(tensor(path, "model.language_model.embed_tokens.weight")[1], "<f4")
+    per_layer = np.frombuffer(tensor(path, "model.language_model.embed_tokens_per_layer.weight")[1], "<f4")
+    assert embed.std() == pytest.approx(0.5, rel=0.05) and per_layer.std() == pytest.approx(0.02, rel=0.05)

@@ -7,33 +7,24 @@ the GPU optionally replaced by a known card (`--gpu t4`), so a T4 plan can be re
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
+from t4serve.commands.factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
-from t4serve.gpus import KNOWN_GPUS
-from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
+from t4serve.pipeline import ensure_model
 from t4serve.planning.plan import plan
 
 
 @click.command("plan")
 @click.option("--json", "as_json", is_flag=True, help="Print settings and plan as JSON.")
-@click.option("--facts", "facts_file", metavar="FILE", help="Plan for facts recorded by `t4serve probe --json`.")
-@click.option(
-    "--gpu",
-    type=click.Choice(sorted(KNOWN_GPUS), case_sensitive=False),
-    help="Plan for a known GPU instead of the probed one.",
-)
+@facts_options("Plan")
 @settings_options
 def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
     """Print the exact `vllm serve` command t4serve would run, each derived number with its arithmetic."""
-    facts = load_facts(facts_file) if facts_file else gather_facts(settings, os.environ)
-    facts = ensure_model(settings, facts)
-    if gpu:
-        facts = with_known_gpu(facts, gpu)
+    facts = ensure_model(settings, read_facts(settings, facts_file, gpu))
     the_plan = plan(settings, facts)
     if as_json:
         click.echo(json.dumps({"settings": settings.to_dict(), "plan": the_plan.to_dict()}, indent=2))

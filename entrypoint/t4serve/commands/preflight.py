@@ -6,25 +6,23 @@ changes this command's exit code, so `preflight` stays an honest test of the mac
 
 from __future__ import annotations
 
-import os
-
 import click
 
+from t4serve.commands.factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
-from t4serve.pipeline import ensure_model, gather_facts, load_facts, prepare
+from t4serve.pipeline import ensure_model, prepare
 from t4serve.preflight import format_table, has_failures, to_json
 
 
 @click.command("preflight")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-@click.option("--facts", "facts_file", metavar="FILE", help="Check facts recorded by `t4serve probe --json`.")
+@facts_options("Check", gpu=False)
 @settings_options
 def command(as_json: bool, facts_file: str | None, settings: Settings) -> int:
     """Check GPU, driver, torch build, clamp, memory, shared memory, disks, model and ports; exit 3 on a failure."""
-    facts = load_facts(facts_file) if facts_file else gather_facts(settings, os.environ)
-    facts = ensure_model(settings, facts)
+    facts = ensure_model(settings, read_facts(settings, facts_file))
     _plan, findings = prepare(settings, facts)
     click.echo(to_json(findings) if as_json else format_table(findings), nl=not as_json)
     return PreflightError.exit_code if has_failures(findings) else 0

@@ -8,14 +8,12 @@ swap needed, decode ceiling. The other settings apply to every profile as they a
 
 from __future__ import annotations
 
-import os
-
 import click
 
+from t4serve.commands.factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings, with_model
-from t4serve.gpus import KNOWN_GPUS
-from t4serve.pipeline import ensure_model, gather_facts, load_facts, with_known_gpu
+from t4serve.pipeline import ensure_model
 from t4serve.planning.profiles import profiles, summary, to_json
 
 DEFAULT_CHECKPOINTS = ("qat", "bf16")
@@ -23,18 +21,11 @@ DEFAULT_CHECKPOINTS = ("qat", "bf16")
 
 @click.command("profiles")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
-@click.option("--facts", "facts_file", metavar="FILE", help="Profiles for facts recorded by `t4serve probe --json`.")
-@click.option(
-    "--gpu",
-    type=click.Choice(sorted(KNOWN_GPUS), case_sensitive=False),
-    help="Profiles for a known GPU instead of the probed one.",
-)
+@facts_options("Profiles")
 @settings_options
 def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
     """What runs on this GPU and host, and what does not and why: each checkpoint x KV cache dtype x length."""
-    facts = load_facts(facts_file) if facts_file else gather_facts(settings, os.environ)
-    if gpu:
-        facts = with_known_gpu(facts, gpu)
+    facts = read_facts(settings, facts_file, gpu)
     checkpoints = list(dict.fromkeys((*DEFAULT_CHECKPOINTS, settings.model.requested)))
     cases = []
     for name in checkpoints:

@@ -18,17 +18,17 @@ F = TypeVar("F", bound=Callable[..., object])
 
 
 def facts_options(what: str, *, gpu: bool = True) -> Callable[[F], F]:
-    """`--facts FILE` and, with `gpu`, `--gpu KEY`; `what` begins their help ("Plan", "Check", ...)."""
+    """`--facts FILE` and, with `gpu`, `--gpu KEY`; `what` begins their help ("Plan for", "Check", ...)."""
 
     def decorate(function: F) -> F:
         if gpu:
             function = click.option(
                 "--gpu",
                 type=click.Choice(sorted(KNOWN_GPUS), case_sensitive=False),
-                help=f"{what} for a known GPU instead of the probed one.",
+                help=f"{what} a known GPU instead of the probed one.",
             )(function)
         return click.option(
-            "--facts", "facts_file", metavar="FILE", help=f"{what} for facts recorded by `t4serve probe --json`."
+            "--facts", "facts_file", metavar="FILE", help=f"{what} facts recorded by `t4serve probe --json`."
         )(function)
 
     return decorate

@@ -20,7 +20,7 @@ from t4serve.planning.plan import plan
 
 @click.command("plan")
 @click.option("--json", "as_json", is_flag=True, help="Print settings and plan as JSON.")
-@facts_options("Plan")
+@facts_options("Plan for")
 @settings_options
 def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
     """Print the exact `vllm serve` command t4serve would run, each derived number with its arithmetic."""

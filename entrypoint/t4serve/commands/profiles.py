@@ -21,7 +21,7 @@ DEFAULT_CHECKPOINTS = ("qat", "bf16")
 
 @click.command("profiles")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
-@facts_options("Profiles")
+@facts_options("Profiles for")
 @settings_options
 def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
     """What runs on this GPU and host, and what does not and why: each checkpoint x KV cache dtype x length."""

@@ -81,15 +81,19 @@ def cases() -> list[dict[str, Any]]:
         for kv in ("int8", "int4"):
             case(family, "t4", f"kv-{kv}", T4SERVE_KV_CACHE_DTYPE=kv)
             case(family, "t4", f"kv-{kv}-len4096", T4SERVE_KV_CACHE_DTYPE=kv, T4SERVE_MAX_MODEL_LEN="4096")
+    # E2B's int4 figures on an L4: on a T4 (and for the 256-wide full-attention layers of Gemma 3) the plan refuses
+    # int4, whose attention kernel does not fit Turing's shared memory (t4serve.planning.kernelfit), where vLLM's
+    # planner plans it: test_plan_equals_vllm checks that divergence.
     for length in ("1000", "32768", "131072"):
         case("e2b", "t4", f"kv-int8-len{length}", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_MAX_MODEL_LEN=length)
-        case("e2b", "t4", f"kv-int4-len{length}", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN=length)
+        case("e2b", "l4", f"kv-int4-len{length}", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN=length)
     case("e2b", "t4", "kv-int8-no-async", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_VLLM_ARGS="--no-async-scheduling")
-    case("e2b", "t4", "kv-int4-hybrid-off", T4SERVE_KV_CACHE_DTYPE="int4",
+    case("e2b", "l4", "kv-int4-hybrid-off", T4SERVE_KV_CACHE_DTYPE="int4",
          T4SERVE_VLLM_ARGS="--disable-hybrid-kv-cache-manager")
     case("e2b", "t4", "kv-int8-block32", T4SERVE_KV_CACHE_DTYPE="int8", T4SERVE_VLLM_ARGS="--block-size 32")
-    case("e2b", "t4", "kv-int4-pool-too-small", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN="131072",
+    case("e2b", "l4", "kv-int4-pool-too-small", T4SERVE_KV_CACHE_DTYPE="int4", T4SERVE_MAX_MODEL_LEN="131072",
          T4SERVE_KV_CACHE_MEMORY_BYTES=str(64 * 1024**2))
+    case("e2b", "l4", "kv-int4", T4SERVE_KV_CACHE_DTYPE="int4")
     for gpu in ("l4", "a100", "h100"):
         case("e2b", gpu, "kv-int8", T4SERVE_KV_CACHE_DTYPE="int8")
         case("qwen3", gpu, "kv-int4", T4SERVE_KV_CACHE_DTYPE="int4")
@@ -176,6 +180,11 @@ def test_plan_equals_vllm(oracle: dict[str, Any], case_id: str) -> None:
     # The config the figures rest on was read with transformers' defaults (t4serve's table, checked against vLLM's
     # reader below) or by vLLM's own reader.
     assert ours["config_read_by"] is not None
+    if ours["sizing_error"] is not None and "int4 attention kernel needs" in ours["sizing_error"]:
+        # Past vLLM's planner, which plans it: the card could not launch vLLM's int4 kernel (its shared memory).
+        assert theirs.get("refused") is None, theirs.get("refused")
+        assert "Hardware limit: 65536" in ours["sizing_error"] and case_id.split("/")[1] == "t4", case_id
+        return
     if ours["sizing_error"] is not None:
         # t4serve refuses: vLLM refuses the same argv, at its checks or when planning the pool.
         assert "no GPU memory is left" not in ours["sizing_error"], ours["sizing_error"]
@@ -270,9 +279,16 @@ def test_the_kv_cache_dtypes_reached_vllm(oracle: dict[str, Any]) -> None:
         if "kv-int" in case_id:
             assert entry["vllm"]["attention_backends"] == ["TRITON_ATTN"], case_id
             assert kv[kv.index("--kv-cache-dtype") + 1].endswith("_per_token_head"), case_id
-    e2b, int8, int4 = (cases_by_id[f"e2b/t4/{n}"]["t4serve"] for n in ("default", "kv-int8", "kv-int4"))
-    # Gemma 4 E2B at 16,384 tokens on a T4: about 1.5x and 3x the 16-bit cache's tokens.
-    assert 1.3 < int8["kv_tokens"] / e2b["kv_tokens"] < 1.7 and 2.5 < int4["kv_tokens"] / e2b["kv_tokens"] < 3.2
+    e2b, int8 = (cases_by_id[f"e2b/t4/{n}"]["t4serve"] for n in ("default", "kv-int8"))
+    # Gemma 4 E2B at 16,384 tokens on a T4: about 1.5x the 16-bit cache's tokens with int8; int4, refused on a T4,
+    # about 3x on an L4.
+    assert 1.3 < int8["kv_tokens"] / e2b["kv_tokens"] < 1.7
+    e2b_l4, int4_l4 = (cases_by_id[f"e2b/l4/{n}"]["t4serve"] for n in ("default", "kv-int4"))
+    assert 2.5 < int4_l4["kv_tokens"] / e2b_l4["kv_tokens"] < 3.2
+    for family in ("e2b", "gemma3", "gemma3_1b"):
+        assert "int4 attention kernel needs" in cases_by_id[f"{family}/t4/kv-int4"]["t4serve"]["sizing_error"]
+    for family in ("qwen3", "mistral", "phi4mini"):  # 128-wide heads (Phi-4-mini's 96 padded): int4 fits a T4
+        assert cases_by_id[f"{family}/t4/kv-int4"]["t4serve"]["sizing_error"] is None
     for family in ("e2b", "qwen3"):
         refused = cases_by_id[f"{family}/t4/kv-fp8"]
         assert "native FP8 (fp8e4nv) requires SM89+" in refused["t4serve"]["sizing_error"]

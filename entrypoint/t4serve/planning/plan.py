@@ -37,9 +37,9 @@ from t4serve.patch.clamp import (
     padded_head_size,
     tile_shared_memory,
 )
-from t4serve.planning import kvcache, vllmchecks
+from t4serve.planning import kernelfit, kvcache, vllmchecks
 from t4serve.planning.derived import Derived, format_bytes
-from t4serve.planning.sizing import Sizing, SizingInputs, size
+from t4serve.planning.sizing import Sizing, SizingInputs, size, text_config
 from t4serve.serde import to_dict
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -465,6 +465,11 @@ def _size(
         vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability,
                                          attention_backend(settings.vllm_args))
         vllmchecks.check_quantization(model, dtype, gpu_name, gpu.compute_capability)
+        # vLLM plans a cache whose attention kernel the card cannot launch: the plan refuses it first.
+        cache_dtype = vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype]
+        if cache_dtype == "int4_per_token_head":
+            specs = kvcache.kv_cache_specs(text_config(model), DTYPE_BYTES.get(dtype, 2), cache_dtype=cache_dtype)
+            kernelfit.check_kv_kernel_fits(specs, cache_dtype, gpu_name, gpu.compute_capability)
     except T4ServeError as exc:
         return None, exc.message()
     inputs = SizingInputs(

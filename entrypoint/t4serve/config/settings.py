@@ -279,8 +279,10 @@ VARIABLES: tuple[Variable, ...] = (
         "T4SERVE_KV_CACHE_DTYPE", "kv_cache_dtype", "auto", "auto",
         "KV cache entries: `auto` in the model dtype (16-bit); `int8` and `int4` (vLLM's `int8_per_token_head` and "
         "`int4_per_token_head`: a float32 scale per token and head, computed at run time; run by vLLM's Triton "
-        "attention, on a T4 too) hold about 1.5x and 3x the tokens of Gemma 4 E2B's 16-bit cache; `fp8` needs "
-        "compute capability 8.9 (refused below it in vLLM's words). The KV figures are sized for it.",
+        "attention) hold about 1.5x and 3x the tokens of Gemma 4 E2B's 16-bit cache; int8 runs on a T4, int4 not "
+        "where full-attention heads are 256 or wider, as in Gemma 4 (its kernel needs more shared memory than "
+        "Turing has: refused); "
+        "`fp8` needs compute capability 8.9 (refused below it in vLLM's words). The KV figures are sized for it.",
         choice(KV_CACHE_DTYPES), "int8", "--kv-cache-dtype",
     ),
     Variable(

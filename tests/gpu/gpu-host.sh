@@ -21,7 +21,8 @@
 #              T4SERVE_GPU_BENCH_ARGS picks the grid (default: inputs 512,4096, concurrency 16,8,4,1, 3 repeats,
 #              10 x c requests a run where the estimate fits the hold; see tests/gpu/bench_host.py and
 #              tests/gpu/bench_estimate.py, which prints the estimate on any machine); `--kv int8,int4` in
-#              T4SERVE_GPU_BENCH_ARGS serves the quantized caches beside them (kv-quant's checks, in the same hold)
+#              T4SERVE_GPU_BENCH_ARGS serves the quantized caches beside them (kv-quant's checks, in the same hold;
+#              sized as a T4, int4 is refused by the plan since 8da2931: its kernel does not fit Turing, so `--kv int8`)
 #   bench-published, bench-t4serve   one of the two servers
 #   kv-quant   tests/gpu/kv_quant_host.py: bf16 E2B with seeded random weights sized as a T4, served with
 #              T4SERVE_KV_CACHE_DTYPE auto, int8, int4: vLLM's KV figures against the plan's, top-1 agreement and the

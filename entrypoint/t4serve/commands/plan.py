@@ -10,7 +10,7 @@ import json
 
 import click
 
-from t4serve.commands.factsource import facts_options, read_facts
+from t4serve.commands._factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from t4serve.commands.factsource import facts_options, read_facts
+from t4serve.commands._factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from t4serve.commands.factsource import facts_options, read_facts
+from t4serve.commands._factsource import facts_options, read_facts
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings, with_model
 from t4serve.pipeline import ensure_model

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from t4serve.errors import ConfigError
 from t4serve.gpus import format_capability, shared_memory_per_block_optin
+from t4serve.patch.clamp import padded_head_size
 from t4serve.planning.kvcache import KVSpec
 
 TURING = (7, 5)
@@ -24,21 +25,13 @@ INT4_TURING_FULL_ATTENTION = {64: 20_480, 128: 40_960, 256: 81_920, 512: 98_304}
 INT4_TURING_SLIDING = {(256, 512): 51_200}
 
 
-def padded(head_size: int) -> int:
-    """The kernel's HEAD_SIZE_PADDED: the next power of two."""
-    return 1 << max(head_size - 1, 0).bit_length()
-
-
 def int4_need(spec: KVSpec) -> int | None:
     """Shared memory per block the int4 kernel needs for this layer on sm_75, or None above the largest head
-    measured."""
-    head = padded(spec.head_size)
+    measured (a head below the smallest measured is bounded by it)."""
+    head = max(padded_head_size(spec.head_size), min(INT4_TURING_FULL_ATTENTION))
     if spec.sliding_window is not None and (head, spec.sliding_window) in INT4_TURING_SLIDING:
         return INT4_TURING_SLIDING[(head, spec.sliding_window)]
-    if head in INT4_TURING_FULL_ATTENTION:
-        return INT4_TURING_FULL_ATTENTION[head]
-    return None if head > max(INT4_TURING_FULL_ATTENTION) else INT4_TURING_FULL_ATTENTION[min(
-        h for h in INT4_TURING_FULL_ATTENTION if h >= head)]
+    return INT4_TURING_FULL_ATTENTION.get(head)
 
 
 def check_kv_kernel_fits(specs: list[KVSpec], cache_dtype: str, gpu_name: str, capability: tuple[int, int]) -> None:

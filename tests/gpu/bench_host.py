@@ -239,7 +239,7 @@ def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> d
     `published` (`control_16bit`: another process with the same checkpoint and the same 16-bit cache), so the
     quantized caches' agreement reads against what the comparison gives when the cache does not change at all (the
     first hold's quantized caches agreed on almost nothing, and so, it turned out, did two 16-bit servers)."""
-    from kv_quant_host import compare, greedy_agreement, measure
+    from kv_quant_host import measure, numerics
 
     names = ["t4serve", *(["published"] if "published" in servers else []), *(f"kv-{k}" for k in kinds)]
     measured: dict[str, Any] = {}
@@ -267,8 +267,7 @@ def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> d
         if "error" in reference or "error" in other:
             out[key] = {"error": reference.get("error") or other.get("error")}
             continue
-        out[key] = {**compare(reference["logprobs"], other["logprobs"]),
-                    "greedy": greedy_agreement(reference["greedy"], other["greedy"])}
+        out[key] = numerics(reference, other)
     return out
 
 

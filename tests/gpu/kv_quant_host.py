@@ -233,6 +233,12 @@ def greedy_agreement(reference: list[Any], other: list[Any]) -> dict[str, Any]:
             "mean_common_prefix": sum(prefix) / len(prefix) if prefix else None}
 
 
+def numerics(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """`measure`'s results of two servers compared: `compare` of their prompt_logprobs and the greedy agreement."""
+    return {**compare(reference["logprobs"], other["logprobs"]),
+            "greedy": greedy_agreement(reference["greedy"], other["greedy"])}
+
+
 def kv_figures(state: dict[str, Any]) -> dict[str, Any]:
     """vLLM's logged KV figures beside the plan's, from the wrapper's state.json."""
     figures = {k: v.get("value") for k, v in (state.get("figures") or {}).items()}
@@ -296,9 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     measured[kind] = measure(server.base_url, f"kv-{kind}")
                     if kind != "auto" and "auto" in measured:  # compared at once: a hold cut short keeps it
-                        record.setdefault("numerics", {})[kind] = {
-                            **compare(measured["auto"]["logprobs"], measured[kind]["logprobs"]),
-                            "greedy": greedy_agreement(measured["auto"]["greedy"], measured[kind]["greedy"])}
+                        record.setdefault("numerics", {})[kind] = numerics(measured["auto"], measured[kind])
                     if args.bench:
                         cmd = ["t4serve", "bench", "--models", f"kv-{kind}", "--base-url",
                                f"kv-{kind}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",
@@ -312,11 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.kill()
                 if server.log_path.exists():
                     shutil.copy2(server.log_path, out / f"kv-{kind}-serve.log")
-        if "auto" in measured:
-            record["numerics"] = {
-                kind: {**compare(measured["auto"]["logprobs"], m["logprobs"]),
-                       "greedy": greedy_agreement(measured["auto"]["greedy"], m["greedy"])}
-                for kind, m in measured.items() if kind != "auto"}
+        if "numerics" in record:  # each quantized cache was compared as soon as it was measured
             print(json.dumps(record["numerics"], indent=1), flush=True)
     finally:
         write_json(out / "kv-quant.json", record)

@@ -19,6 +19,7 @@ docs/verified/kv-kernel-shared-memory/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import types
@@ -72,39 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         return key, value, impl._k_scale_cache, impl._v_scale_cache
 
     def launches_of(mode: Any, batch: Any) -> list[Any]:
-        t = batch.tensors
-        key, value, k_scales, v_scales = caches(mode, t["k"].shape[0], batch.head_size)
-        padded = 1 << (batch.head_size - 1).bit_length()
-        n = t["q"].shape[0]
-        split = {}
-        if batch.decode:
-            split = {"seq_threshold_3D": w.SEQ_THRESHOLD_3D, "num_par_softmax_segments": w.NUM_SEGMENTS,
-                     "softmax_segm_output": torch.empty((n, w.NUM_QUERY_HEADS, w.NUM_SEGMENTS, padded)),
-                     "softmax_segm_max": torch.empty((n, w.NUM_QUERY_HEADS, w.NUM_SEGMENTS)),
-                     "softmax_segm_expsum": torch.empty((n, w.NUM_QUERY_HEADS, w.NUM_SEGMENTS))}
-        launches: list[Any] = []
-        replaced = [(tua, "kernel_unified_attention"), (tua, "reduce_segments"), (i4, "_attn_packed"),
-                    (i4, "reduce_segments")]
-        originals = {(m, name): getattr(m, name) for m, name in replaced}
-        clamped, override = tua._get_tile_size, tua.T4SERVE_SHARED_MEMORY_OVERRIDE
-        try:
-            for (m, name), real in originals.items():
-                setattr(m, name, w.Recorder(name, real, launches, launch=False))
-            tua.T4SERVE_SHARED_MEMORY_OVERRIDE = 65_536
-            if args.tiles == "vllm":
-                tua._get_tile_size = tua._t4serve_unclamped_get_tile_size
-            tua.unified_attention(
-                q=t["q"], k=key, v=value, out=t["out"], cu_seqlens_q=t["cu_seqlens_q"],
-                max_seqlen_q=max(batch.query_lens), seqused_k=t["seqused_k"],
-                max_seqlen_k=int(t["seqused_k"].max()), softmax_scale=batch.head_size**-0.5, causal=True,
-                window_size=(batch.window - 1, 0) if batch.window else (-1, -1), block_table=t["block_table"],
-                softcap=0, q_descale=None, k_descale=None, v_descale=None, kv_quant_mode=mode,
-                k_scale_cache=k_scales, v_scale_cache=v_scales, **split)
-        finally:
-            tua._get_tile_size, tua.T4SERVE_SHARED_MEMORY_OVERRIDE = clamped, override
-            for (m, name), real in originals.items():
-                setattr(m, name, real)
-        return launches
+        key, value, k_scales, v_scales = caches(mode, batch.tensors["k"].shape[0], batch.head_size)
+        tiles = w.unpatched(tua) if args.tiles == "vllm" else contextlib.nullcontext()
+        with w.shared_memory(tua, 65_536), tiles, w.recording(tua, launch=False) as unified, \
+                w.recording(i4, launch=False, kernels=("_attn_packed", "reduce_segments")) as packed:
+            w.run_unified_attention(tua, torch, batch, k=key, v=value, kv_quant_mode=mode, k_scale_cache=k_scales,
+                                    v_scale_cache=v_scales)
+        return [*unified, *packed]
 
     rows = []
     for mode_name in args.modes.split(","):

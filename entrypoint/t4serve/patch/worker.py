@@ -98,9 +98,12 @@ class Recorder:
 
 
 @contextmanager
-def recording(module: Any, *, launch: bool) -> Iterator[list[Launch]]:
+def recording(
+    module: Any, *, launch: bool, kernels: tuple[str, ...] = ("kernel_unified_attention", "reduce_segments")
+) -> Iterator[list[Launch]]:
+    """The module's `kernels` replaced by Recorders for the block; yields the launches they record."""
     launches: list[Launch] = []
-    originals = {name: getattr(module, name) for name in ("kernel_unified_attention", "reduce_segments")}
+    originals = {name: getattr(module, name) for name in kernels}
     try:
         for name, real in originals.items():
             setattr(module, name, Recorder(name, real, launches, launch))
@@ -182,7 +185,9 @@ def make_batch(
     return Batch(head_size, window, block_size, context_lens, query_lens, tensors)
 
 
-def run_unified_attention(module: Any, torch: Any, batch: Batch) -> Any:
+def run_unified_attention(module: Any, torch: Any, batch: Batch, **cache: Any) -> Any:
+    """vLLM's `unified_attention` on the batch as its Triton backend calls it; `cache` replaces the batch's 16-bit
+    `k` and `v` and adds the quantized cache's arguments (`kv_quant_mode`, `k_scale_cache`, `v_scale_cache`)."""
     t = batch.tensors
     padded = 1 << (batch.head_size - 1).bit_length()
     num_tokens = t["q"].shape[0]
@@ -197,7 +202,7 @@ def run_unified_attention(module: Any, torch: Any, batch: Batch) -> Any:
             "softmax_segm_max": torch.empty((num_tokens, NUM_QUERY_HEADS, NUM_SEGMENTS), device=device),
             "softmax_segm_expsum": torch.empty((num_tokens, NUM_QUERY_HEADS, NUM_SEGMENTS), device=device),
         }
-    module.unified_attention(
+    arguments = dict(
         q=t["q"],
         k=t["k"],
         v=t["v"],
@@ -216,7 +221,8 @@ def run_unified_attention(module: Any, torch: Any, batch: Batch) -> Any:
         k_descale=None,
         v_descale=None,
         **split,
-    )
+    ) | cache
+    module.unified_attention(**arguments)
     return t["out"]
 
 

@@ -9,6 +9,18 @@ from pathlib import Path
 import pytest
 from hardening import StdioServer, Tally
 
+from t4serve.config.settings import VARIABLES
+
+
+@pytest.fixture
+def settings_free_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No setting leaks in from the machine; the hub is never contacted; no manifest (outside the image)."""
+    for var in VARIABLES:
+        monkeypatch.delenv(var.name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("T4SERVE_MANIFEST", str(tmp_path / "no-manifest.json"))
+
 
 @pytest.fixture
 def stdio_server(tmp_path: Path) -> Iterator[StdioServer]:

@@ -9,18 +9,13 @@ import pytest
 from sample_facts import QAT_REPO, no_gpu, t4
 
 from t4serve.cli import main
-from t4serve.config.settings import VARIABLES, markdown_table
+from t4serve.config.settings import markdown_table
 from t4serve.facts import Facts
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No setting leaks in from the machine; the hub is never contacted; no manifest (outside the image)."""
-    for var in VARIABLES:
-        monkeypatch.delenv(var.name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("T4SERVE_MANIFEST", str(tmp_path / "no-manifest.json"))
+def clean_env(settings_free_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """conftest's settings_free_env, and the state and temporary files under the test's folder."""
     monkeypatch.setenv("T4SERVE_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
 

@@ -11,7 +11,7 @@ from family_checkpoints import write_family
 from sample_facts import t4
 
 from t4serve.cli import main
-from t4serve.config.settings import VARIABLES, Settings, with_model
+from t4serve.config.settings import Settings, with_model
 from t4serve.errors import ConfigError
 from t4serve.pipeline import ensure_model
 from t4serve.planning.plan import plan
@@ -19,12 +19,8 @@ from t4serve.planning.profiles import PROFILE_LENGTHS, model_lengths, profiles
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in VARIABLES:
-        monkeypatch.delenv(var.name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("T4SERVE_MANIFEST", str(tmp_path / "no-manifest.json"))
+def clean_env(settings_free_env: None) -> None:
+    """conftest's settings_free_env for every test here."""
 
 
 def profiles_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:

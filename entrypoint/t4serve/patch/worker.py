@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from t4serve.patch.clamp import padded_head_size
+
 RESULT_PREFIX = "T4SERVE-CLAMP-RESULT "
 TARGET_MODULE_NAME = "t4serve_clamp_target"
 
@@ -189,7 +191,7 @@ def run_unified_attention(module: Any, torch: Any, batch: Batch, **cache: Any) -
     """vLLM's `unified_attention` on the batch as its Triton backend calls it; `cache` replaces the batch's 16-bit
     `k` and `v` and adds the quantized cache's arguments (`kv_quant_mode`, `k_scale_cache`, `v_scale_cache`)."""
     t = batch.tensors
-    padded = 1 << (batch.head_size - 1).bit_length()
+    padded = padded_head_size(batch.head_size)
     num_tokens = t["q"].shape[0]
     device = t["q"].device
     split = {}

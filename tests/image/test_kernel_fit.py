@@ -13,6 +13,7 @@ import pytest
 
 from t4serve.planning import kernelfit
 
+pytestmark = pytest.mark.image
 REPO = Path(__file__).resolve().parents[2]
 
 

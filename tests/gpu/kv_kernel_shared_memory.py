@@ -33,6 +33,29 @@ LAYERS = {"e2b": [("sliding", 256, 512), ("global", 512, 0)],
 BLOCK = 16
 
 
+def quantized_caches(mode: Any, num_blocks: int, head: int) -> tuple[Any, Any, Any, Any]:
+    """Zeroed key and value caches (and the float32 scale views) for `mode`, laid out as vLLM's Triton backend lays
+    them out: its own `TritonAttentionImpl._pth_key_value_caches` over one packed tensor."""
+    import torch
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+    from vllm.v1.kv_cache_interface import KVQuantMode
+
+    from t4serve.patch import worker as w
+
+    if mode == KVQuantMode.NONE:
+        k = torch.zeros((num_blocks, BLOCK, w.NUM_KV_HEADS, head), dtype=torch.float16)
+        return k, k.clone(), None, None
+    # vLLM's logical (blocks, heads, slots, content) with each side's float32 scale inline after its data.
+    data = head // 2 if mode == KVQuantMode.INT4_PER_TOKEN_HEAD else head
+    dtype = torch.int8 if mode == KVQuantMode.INT8_PER_TOKEN_HEAD else torch.uint8
+    kv = torch.zeros((num_blocks, w.NUM_KV_HEADS, BLOCK, 2 * (data + 4)), dtype=dtype)
+    impl = types.SimpleNamespace(_k_scale_cache=None, _v_scale_cache=None, _kv_quant_mode=mode,
+                                 fp8_dtype=torch.float8_e4m3fn)
+    impl._ensure_scale_caches = types.MethodType(TritonAttentionImpl._ensure_scale_caches, impl)
+    key, value = TritonAttentionImpl._pth_key_value_caches(impl, kv)
+    return key, value, impl._k_scale_cache, impl._v_scale_cache
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", type=int, default=75)
@@ -46,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     import vllm.v1.attention.ops.int4_per_token_head as i4
     import vllm.v1.attention.ops.triton_unified_attention as tua
     from triton.backends.compiler import GPUTarget
-    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
     from vllm.v1.kv_cache_interface import KVQuantMode
 
     from t4serve.patch import worker as w
@@ -58,22 +80,8 @@ def main(argv: list[str] | None = None) -> int:
              "int4": KVQuantMode.INT4_PER_TOKEN_HEAD}
     target = GPUTarget("cuda", args.arch, 32)
 
-    def caches(mode: Any, num_blocks: int, head: int) -> tuple[Any, Any, Any, Any]:
-        if mode == KVQuantMode.NONE:
-            k = torch.zeros((num_blocks, BLOCK, w.NUM_KV_HEADS, head), dtype=torch.float16)
-            return k, k.clone(), None, None
-        # vLLM's logical (blocks, heads, slots, content) with each side's float32 scale inline after its data.
-        data = head // 2 if mode == KVQuantMode.INT4_PER_TOKEN_HEAD else head
-        dtype = torch.int8 if mode == KVQuantMode.INT8_PER_TOKEN_HEAD else torch.uint8
-        kv = torch.zeros((num_blocks, w.NUM_KV_HEADS, BLOCK, 2 * (data + 4)), dtype=dtype)
-        impl = types.SimpleNamespace(_k_scale_cache=None, _v_scale_cache=None, _kv_quant_mode=mode,
-                                     fp8_dtype=torch.float8_e4m3fn)
-        impl._ensure_scale_caches = types.MethodType(TritonAttentionImpl._ensure_scale_caches, impl)
-        key, value = TritonAttentionImpl._pth_key_value_caches(impl, kv)
-        return key, value, impl._k_scale_cache, impl._v_scale_cache
-
     def launches_of(mode: Any, batch: Any) -> list[Any]:
-        key, value, k_scales, v_scales = caches(mode, batch.tensors["k"].shape[0], batch.head_size)
+        key, value, k_scales, v_scales = quantized_caches(mode, batch.tensors["k"].shape[0], batch.head_size)
         tiles = w.unpatched(tua) if args.tiles == "vllm" else contextlib.nullcontext()
         with w.shared_memory(tua, 65_536), tiles, w.recording(tua, launch=False) as unified, \
                 w.recording(i4, launch=False, kernels=("_attn_packed", "reduce_segments")) as packed:

@@ -1,6 +1,6 @@
 """The quantized KV caches on a GPU host sized as a T4: int8 and int4 against the 16-bit cache, on one checkpoint.
 
-    python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--timeout 900]
+    python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--no-control] [--timeout 900]
 
 1. Writes WORK/checkpoints/bf16-random: Gemma 4 E2B's bf16 checkpoint (tests/unit/e2b_checkpoint.py) with seeded
    random, non-zero weights (`randomize`, by `init_rule`: linear weights N(0, 1/fan_in), norms 1 + N(0, 0.02), layer
@@ -15,7 +15,11 @@
    TOP_K tokens with log-probabilities, computed with the cache of this dtype. `compare` gives the top-1 agreement
    with the 16-bit cache over all positions, and the largest difference of the log-probability the two assign to the
    reference's top-1 token (a logit difference less the change of the normaliser), with how many positions lost that
-   token from the top TOP_K. Greedy continuations (GREEDY_TOKENS) are compared too.
+   token from the top TOP_K. Greedy continuations (GREEDY_TOKENS) are compared too. Two controls read beside them
+   (unless --no-control): the 16-bit server measured a second time (`same_server_again`), and a second 16-bit server
+   with T4SERVE_COMPILE=eager (`control_16bit`: another process and other kernels, no torch.compile, no CUDA graphs),
+   started after the quantized caches: what the comparison gives when the cache does not change at all (the first
+   hold's two 16-bit servers agreed on 0 of 160 first tokens, so without a control a low agreement means nothing).
 4. With --bench: `t4serve bench` at 4,096 input tokens and 16 streams against each server in turn (its report, raw
    results and the throughput line per dtype in OUT/bench-KIND).
 
@@ -45,6 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 SEED = 34
 PROMPT_LENGTHS = (64, 600, 1500, 3000, 6000)
 PROMPTS_PER_LENGTH = 4
+# The controls' keys in kv-quant.json's numerics, as tests/gpu/bench_host.py names them.
+AGAIN = "same_server_again"
+CONTROL = "control_16bit"
 TOP_K = 5
 GREEDY_TOKENS = 32
 # Below the smallest E2B vocabulary id the tests' tokenizer maps to a word, above its special tokens.
@@ -270,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("work", type=Path)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--bench", action="store_true", help="also t4serve bench at 4096 tokens and 16 streams")
+    parser.add_argument("--no-control", dest="control", action="store_false",
+                        help="skip the 16-bit controls (the reference measured again, a second 16-bit server)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a server may take to become ready")
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
@@ -285,37 +294,47 @@ def main(argv: list[str] | None = None) -> int:
                               "prompt_lengths": PROMPT_LENGTHS, "prompts_per_length": PROMPTS_PER_LENGTH,
                               "top_k": TOP_K, "servers": {}}
     measured: dict[str, dict[str, Any]] = {}
+    # (record key, T4SERVE_KV_CACHE_DTYPE, extra environment): the caches, then the second 16-bit server.
+    runs = [(kind, kind, {}) for kind in kinds]
+    if args.control:
+        runs.append((CONTROL, "auto", {"T4SERVE_COMPILE": "eager"}))
     try:
-        for i, kind in enumerate(kinds):
-            server = Server(f"kv-{kind}", work / f"kv-{kind}", str(ckpt), 8600 + i, env={
+        for i, (key, kind, extra) in enumerate(runs):
+            name = f"kv-{key}"
+            server = Server(name, work / name, str(ckpt), 8600 + i, env={
                 "T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", "T4SERVE_KV_CACHE_DTYPE": kind,
-                "T4SERVE_SERVED_MODEL_NAME": f"kv-{kind}"})
+                "T4SERVE_SERVED_MODEL_NAME": name, **extra})
             began = time.time()
             server.start()
             try:
                 phase = server.wait_phase(("ready", "failed"), args.timeout)
                 entry: dict[str, Any] = {"phase": phase, "ready_s": round(time.time() - began, 1),
                                          "env": server.environment_added(), **kv_figures(server.state())}
-                print(f"kv-{kind}: {phase} after {entry['ready_s']} s; KV figures equal: {entry['equal']}", flush=True)
+                print(f"{name}: {phase} after {entry['ready_s']} s; KV figures equal: {entry['equal']}", flush=True)
                 if phase != "ready":
                     entry["log_tail"] = server.log()[-6000:]
                 else:
-                    measured[kind] = measure(server.base_url, f"kv-{kind}")
-                    if kind != "auto" and "auto" in measured:  # compared at once: a hold cut short keeps it
-                        record.setdefault("numerics", {})[kind] = numerics(measured["auto"], measured[kind])
-                    if args.bench:
-                        cmd = ["t4serve", "bench", "--models", f"kv-{kind}", "--base-url",
-                               f"kv-{kind}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",
+                    measured[key] = measure(server.base_url, name)
+                    if key == "auto" and args.control:  # the same server again: what one process gives twice
+                        measured[AGAIN] = measure(server.base_url, name)
+                    for compared in (key, AGAIN) if key == "auto" else (key,):
+                        if compared != "auto" and compared in measured and "auto" in measured:
+                            # compared at once: a hold cut short keeps it
+                            record.setdefault("numerics", {})[compared] = numerics(measured["auto"],
+                                                                                  measured[compared])
+                    if args.bench and key in kinds:
+                        cmd = ["t4serve", "bench", "--models", name, "--base-url",
+                               f"{name}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",
                                "--concurrency", "16", "--repeats", "3", "--warmup-run",
-                               "--output", str(out / f"bench-{kind}")]
+                               "--output", str(out / f"bench-{key}")]
                         entry["bench_command"] = cmd
                         entry["bench_exit"] = subprocess.run(cmd, env=server.environment(), timeout=3600).returncode
-                record["servers"][kind] = entry
+                record["servers"][key] = entry
                 write_json(out / "kv-quant.json", record)  # after each server: a hold cut short keeps the rest
             finally:
                 server.kill()
                 if server.log_path.exists():
-                    shutil.copy2(server.log_path, out / f"kv-{kind}-serve.log")
+                    shutil.copy2(server.log_path, out / f"{name}-serve.log")
         if "numerics" in record:  # each quantized cache was compared as soon as it was measured
             print(json.dumps(record["numerics"], indent=1), flush=True)
     finally:

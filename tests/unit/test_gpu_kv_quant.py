@@ -134,3 +134,71 @@ def test_random_weights_keep_the_residual_path_and_a_usable_attention(tmp_path: 
     embed = np.frombuffer(tensor(path, "model.language_model.embed_tokens.weight")[1], "<f4")
     per_layer = np.frombuffer(tensor(path, "model.language_model.embed_tokens_per_layer.weight")[1], "<f4")
     assert embed.std() == pytest.approx(0.5, rel=0.05) and per_layer.std() == pytest.approx(0.02, rel=0.05)
+
+
+def test_main_measures_the_caches_then_a_second_16bit_server_as_control(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """main's order and records with the servers replaced: `ServerDouble` stands for realserve.Server (which starts
+    `t4serve serve` with vLLM on a GPU) and answers /v1/completions from a local HTTP server: the 16-bit ones with
+    one top-1 token, int8 with another."""
+    import contextlib
+
+    import realserve
+    from local_http import Canned, serve
+
+    def answer(top: int, second: int) -> dict[str, object]:
+        position = {str(top): {"logprob": -0.1}, str(second): {"logprob": -2.0}}
+        return {"choices": [{"prompt_logprobs": [None, position], "token_ids": [top]}]}
+
+    started: list[tuple[str, dict[str, str]]] = []
+    stack = contextlib.ExitStack()
+
+    class ServerDouble:
+        def __init__(self, name: str, state_dir: Path, model: str, port: int, env: dict[str, str]) -> None:
+            self.name, self.env = name, env
+            self.log_path = tmp_path / f"{name}.log"
+            int8 = env["T4SERVE_KV_CACHE_DTYPE"] == "int8"
+            self.http = stack.enter_context(serve({"/v1/completions": Canned(body=answer(9, 5) if int8 else
+                                                                                  answer(5, 9))}))
+
+        def start(self) -> ServerDouble:
+            started.append((self.name, self.env))
+            return self
+
+        def wait_phase(self, wanted: tuple[str, ...], timeout: float) -> str:
+            return "ready"
+
+        def environment_added(self) -> dict[str, str]:
+            return self.env
+
+        def state(self) -> dict[str, object]:
+            figures = {"kv_tokens": {"value": 455332.0}, "max_concurrency": {"value": 27.79}}
+            return {"figures": figures, "predictions": figures}
+
+        def kill(self) -> None:
+            pass
+
+        @property
+        def base_url(self) -> str:
+            return self.http.url
+
+    monkeypatch.setattr(realserve, "Server", ServerDouble)
+    monkeypatch.setattr(realserve, "vllm_version", lambda: "0.33.0")
+    monkeypatch.setattr(kq, "random_checkpoint", lambda work: work / "ckpt")
+    monkeypatch.setattr(kq, "PROMPT_LENGTHS", (8, 600))
+    monkeypatch.setattr(kq, "PROMPTS_PER_LENGTH", 1)
+    with stack:
+        assert kq.main([str(tmp_path / "out"), str(tmp_path / "work"), "--kinds", "auto,int8"]) == 0
+    assert [n for n, _ in started] == ["kv-auto", "kv-int8", "kv-control_16bit"]
+    assert started[2][1]["T4SERVE_COMPILE"] == "eager" and started[2][1]["T4SERVE_KV_CACHE_DTYPE"] == "auto"
+    record = json.loads((tmp_path / "out" / "kv-quant.json").read_text())
+    assert set(record["servers"]) == {"auto", "int8", "control_16bit"}
+    numerics = record["numerics"]
+    assert numerics["same_server_again"]["top1_agreement"] == 1.0
+    assert numerics["control_16bit"]["top1_agreement"] == 1.0
+    assert numerics["int8"]["top1_agreement"] == 0.0
+    started.clear()
+    with stack:
+        assert kq.main([str(tmp_path / "out2"), str(tmp_path / "work"), "--kinds", "auto,int8", "--no-control"]) == 0
+    assert [n for n, _ in started] == ["kv-auto", "kv-int8"]
+    assert set(json.loads((tmp_path / "out2" / "kv-quant.json").read_text())["numerics"]) == {"int8"}

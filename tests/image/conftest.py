@@ -93,6 +93,25 @@ def run_in_image(docker_bin: str, image_ref: str) -> RunInImage:
     return run
 
 
+GpuTool = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def gpu_tool(run_in_image: RunInImage) -> GpuTool:
+    """`gpu_tool(script, *args, timeout=600)`: a measuring tool of tests/gpu run in the image on the CPU (`python
+    /t/gpu/SCRIPT --json ARGS`, tests/ mounted read-only, no network, no GPU, Triton's cache in the container), its
+    exit code checked and its last stdout line returned as JSON."""
+
+    def run(script: str, *args: str, timeout: float = 600) -> Any:
+        done = run_in_image(f"/t/gpu/{script}", "--json", *args, entrypoint="python", timeout=timeout,
+                            env={"CUDA_VISIBLE_DEVICES": "", "TRITON_CACHE_DIR": "/tmp/triton"},
+                            extra=("--network", "none", "-v", f"{REPO / 'tests'}:/t:ro"))
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def manifest_data(run_in_image: RunInImage) -> dict[str, Any]:
     """The build manifest exactly as stored in the image."""

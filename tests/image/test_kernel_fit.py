@@ -4,27 +4,15 @@ target and reports the shared memory each launch needs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from t4serve.planning import kernelfit
 
+from .conftest import GpuTool
+
 pytestmark = pytest.mark.image
-REPO = Path(__file__).resolve().parents[2]
-
-
-def measured(docker_bin: str, image_ref: str, *args: str) -> list[dict[str, Any]]:
-    cmd = [docker_bin, "run", "--rm", "--network", "none", "-e", "CUDA_VISIBLE_DEVICES=", "-e",
-           "TRITON_CACHE_DIR=/tmp/triton", "-v", f"{REPO / 'tests'}:/t:ro", "--entrypoint", "python", image_ref,
-           "/t/gpu/kv_kernel_shared_memory.py", "--json", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return rows
 
 
 def largest(rows: list[dict[str, Any]], **match: object) -> int:
@@ -34,8 +22,9 @@ def largest(rows: list[dict[str, Any]], **match: object) -> int:
 
 
 @pytest.fixture(scope="module")
-def e2b(docker_bin: str, image_ref: str) -> list[dict[str, Any]]:
-    return measured(docker_bin, image_ref, "--layers", "e2b", "--modes", "int8,int4")
+def e2b(gpu_tool: GpuTool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = gpu_tool("kv_kernel_shared_memory.py", "--layers", "e2b", "--modes", "int8,int4")
+    return rows
 
 
 def test_int4_at_e2bs_layers_is_the_tables(e2b: list[dict[str, Any]]) -> None:
@@ -50,7 +39,7 @@ def test_int8_fits_a_t4_at_head_512(e2b: list[dict[str, Any]]) -> None:
     assert largest(e2b, mode="int8", layer="global") <= 65_536
 
 
-def test_int4_full_attention_by_head_is_the_tables(docker_bin: str, image_ref: str) -> None:
-    rows = measured(docker_bin, image_ref, "--layers", "heads", "--modes", "int4")
+def test_int4_full_attention_by_head_is_the_tables(gpu_tool: GpuTool) -> None:
+    rows = gpu_tool("kv_kernel_shared_memory.py", "--layers", "heads", "--modes", "int4")
     for head, need in kernelfit.INT4_TURING_FULL_ATTENTION.items():
         assert largest(rows, head=head) == need, head

@@ -4,44 +4,18 @@ what the cache holds is within int8's rounding of the 16-bit keys and values."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import GpuTool
+
 pytestmark = pytest.mark.image
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def rows(docker_bin: str, image_ref: str) -> list[dict[str, Any]]:
-    cmd = [
-        docker_bin,
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-e",
-        "CUDA_VISIBLE_DEVICES=",
-        "-e",
-        "TRITON_CACHE_DIR=/tmp/triton",
-        "-v",
-        f"{REPO / 'tests'}:/t:ro",
-        "--entrypoint",
-        "python",
-        image_ref,
-        "/t/gpu/kv_kernel_numerics.py",
-        "--json",
-        "--modes",
-        "none,int8",
-        "--shared-memory",
-        "65536",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    found: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+def rows(gpu_tool: GpuTool) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = gpu_tool("kv_kernel_numerics.py", "--modes", "none,int8", "--shared-memory", "65536")
     return found
 
 

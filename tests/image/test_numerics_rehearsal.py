@@ -6,44 +6,19 @@ bit for bit (the tool stops otherwise)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import GpuTool
+
 pytestmark = pytest.mark.image
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def result(docker_bin: str, image_ref: str) -> dict[str, Any]:
-    cmd = [
-        docker_bin,
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-e",
-        "CUDA_VISIBLE_DEVICES=",
-        "-e",
-        "TRITON_CACHE_DIR=/tmp/triton",
-        "-v",
-        f"{REPO / 'tests'}:/t:ro",
-        "--entrypoint",
-        "python",
-        image_ref,
-        "/t/gpu/gemma4_numerics_transformers.py",
-        "--json",
-        "--lengths",
-        "64",
-        "--prompts",
-        "2",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+def result(gpu_tool: GpuTool) -> dict[str, Any]:
+    found: dict[str, Any] = gpu_tool("gemma4_numerics_transformers.py", "--lengths", "64", "--prompts", "2",
+                                     timeout=900)
     return found
 
 

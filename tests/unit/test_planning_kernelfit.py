@@ -58,3 +58,11 @@ def test_the_plan_refuses_int4_for_e2b_on_a_t4_and_plans_it_on_an_l4() -> None:
     assert planned.sizing is not None
     # int8 fits a T4 (65,536 B at head 512, as the 16-bit cache with the clamp).
     assert plan_for(t4(), T4SERVE_KV_CACHE_DTYPE="int8").sizing is not None
+
+
+def test_int4_fits_answers_what_the_check_refuses() -> None:
+    assert kernelfit.int4_fits([spec(128), spec(256, 512)], (7, 5))
+    assert not kernelfit.int4_fits([spec(256, 512), spec(512)], (7, 5))
+    assert not kernelfit.int4_fits([spec(1024)], (7, 5))
+    # Other cards, and no layers to judge: nothing this table knows against it.
+    assert kernelfit.int4_fits([spec(512)], (8, 9)) and kernelfit.int4_fits([], (7, 5))

@@ -64,6 +64,17 @@ def test_fp8_is_not_runnable_on_a_t4_and_says_vllms_reason(capsys: pytest.Captur
     assert all("98,304 B" in r["reason"] and "T4SERVE_KV_CACHE_DTYPE=int8" in r["reason"] for r in int4)
 
 
+def test_fp8s_fix_offers_int4_only_where_its_kernel_fits(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    write_family(tmp_path / "qwen3", "qwen3")
+    rows = profiles_json(capsys, "--model", str(tmp_path / "qwen3"))["profiles"]
+    assert isinstance(rows, list)
+    fp8 = {r["checkpoint"]: r["reason"] for r in rows if r["kv_cache_dtype"] == "fp8"}
+    # E2B's head 512: int4 would be refused too, so fp8's fix names int8 alone; Qwen3's head 128 runs int4 on a T4.
+    assert "or int4" not in fp8["qat"] and "int4's kernel needs more shared memory" in fp8["qat"]
+    assert "or int4, which vLLM's Triton backend runs on this card" in fp8[str(tmp_path / "qwen3")]
+    assert any(r["runnable"] for r in rows if r["kv_cache_dtype"] == "int4" and r["checkpoint"] != "qat")
+
+
 def test_fp8_runs_on_an_l4(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profiles", "--gpu", "l4", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["profiles"]

@@ -461,15 +461,20 @@ def _size(
     # What vLLM's platform reports as the device name: the card's own under T4SERVE_SIZE_AS (its batch defaults).
     gpu_name = card.name if card is not None else gpu.name
     try:
+        # The int4 layout's layers, where int4 is asked for or may be offered in place of fp8 (on Turing its kernel
+        # may not fit: t4serve.planning.kernelfit).
+        int4_specs = (kvcache.kv_cache_specs(text_config(model), DTYPE_BYTES.get(dtype, 2),
+                                             cache_dtype="int4_per_token_head")
+                      if settings.kv_cache_dtype in ("int4", "fp8") and gpu.compute_capability == kernelfit.TURING
+                      else [])
         # vLLM refuses these before it plans: the plan refuses them first, in vLLM's words.
         vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability,
-                                         attention_backend(settings.vllm_args))
+                                         attention_backend(settings.vllm_args),
+                                         int4_runs=kernelfit.int4_fits(int4_specs, gpu.compute_capability))
         vllmchecks.check_quantization(model, dtype, gpu_name, gpu.compute_capability)
         # vLLM plans a cache whose attention kernel the card cannot launch: the plan refuses it first.
-        cache_dtype = vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype]
-        if cache_dtype == "int4_per_token_head":
-            specs = kvcache.kv_cache_specs(text_config(model), DTYPE_BYTES.get(dtype, 2), cache_dtype=cache_dtype)
-            kernelfit.check_kv_kernel_fits(specs, cache_dtype, gpu_name, gpu.compute_capability)
+        kernelfit.check_kv_kernel_fits(int4_specs, vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype],
+                                       gpu_name, gpu.compute_capability)
     except T4ServeError as exc:
         return None, exc.message()
     inputs = SizingInputs(

@@ -45,10 +45,12 @@ def kv_cache_dtype_reason(setting: str) -> str:
             "Triton attention backend)")
 
 
-def check_kv_cache_dtype(setting: str, gpu_name: str, capability: tuple[int, int], backend: str | None = None) -> None:
+def check_kv_cache_dtype(setting: str, gpu_name: str, capability: tuple[int, int], backend: str | None = None, *,
+                         int4_runs: bool = True) -> None:
     """A ConfigError where the card cannot run the KV cache dtype (fp8 below capability 8.9, in vLLM's words), or where
     T4SERVE_VLLM_ARGS names an attention backend other than Triton for a quantized cache (the plan sizes the Triton
-    backend's layout, and passes `--attention-backend TRITON_ATTN` itself when none is named)."""
+    backend's layout, and passes `--attention-backend TRITON_ATTN` itself when none is named). `int4_runs`: whether
+    int4's kernel fits this card for the model (t4serve.planning.kernelfit), so fp8's fix names it only then."""
     if setting != "auto" and backend is not None and backend.upper() != "TRITON_ATTN":
         raise ConfigError(
             f"T4SERVE_KV_CACHE_DTYPE={setting} with --attention-backend {backend}",
@@ -64,8 +66,11 @@ def check_kv_cache_dtype(setting: str, gpu_name: str, capability: tuple[int, int
             found=f"{gpu_name}, compute capability {format_capability(capability)}",
             required=f"capability {format_capability(FP8_MIN_CAPABILITY)} or newer for an FP8 KV cache: "
                      f"{fp8_refusal(gpu_name, capability)} (vLLM's words)",
-            fix="set T4SERVE_KV_CACHE_DTYPE=int8 (about half the 16-bit bytes, with per-token-head scales) or int4, "
-                "which vLLM's Triton backend runs on this card, or auto",
+            fix="set T4SERVE_KV_CACHE_DTYPE=int8 (about half the 16-bit bytes, with per-token-head scales)"
+                + (" or int4, which vLLM's Triton backend runs on this card" if int4_runs else
+                   ", which vLLM's Triton backend runs on this card (int4's kernel needs more shared memory than it "
+                   "has for this model)")
+                + ", or auto",
         )
 
 

@@ -208,6 +208,10 @@ def test_vllm_args_conflicts_name_flag_and_variable(args: str, flag: str, variab
     assert f"must not contain {flag}" in message
     assert f"use {variable} instead" in message
     assert f"set {variable} instead" in message
+    # The example completes "use X instead": a setting of X (of the first, where two are named), not a vLLM flag.
+    first = variable.split(" or ")[0]
+    assert f"instead, e.g. {first}=" in message or f"instead (it reaches vLLM through its environment only), e.g. " \
+        f"{first}=" in message
 
 
 @pytest.mark.parametrize(

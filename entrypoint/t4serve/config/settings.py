@@ -189,8 +189,11 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
             flag = arg.split("=", 1)[0]
             use = next((v for f, v in CONTROLLED_FLAGS.items() if names_flag(canonical_flag(flag), f)), None)
             fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
+            # The example completes the reason: the variable to use where there is one, else flags that would do.
+            first = (use or "").split(" or ")[0]  # "HF_TOKEN or HF_TOKEN_FILE": the first
+            example = f"{first}={VARIABLES_BY_NAME[first].example}" if first in VARIABLES_BY_NAME else "--enforce-eager"
             # The message shows T4SERVE_VLLM_ARGS through redact_vllm_args (in setting_error): no secret value in it.
-            raise Invalid(problem, "--enforce-eager", fix)
+            raise Invalid(problem, example, fix)
     return tuple(args)
 
 

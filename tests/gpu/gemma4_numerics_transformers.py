@@ -89,9 +89,11 @@ def fill(model: Any, rule: Any, seed: int) -> int:
 
 
 def int8_per_token_head(x: Any) -> Any:
-    """x [..., head] rounded as vLLM 0.33's `_reshape_cache_per_token_head` stores it for an int8 cache and read back
-    as its attention kernel reads it: scale = max(absmax / 127, 1e-6), x / scale rounded half away from zero,
-    clamped to [-128, 127], truncated to int8; returns (int8 data, float32 scale, dequantized in x's dtype)."""
+    """x [..., head] rounded as vLLM 0.33's `_reshape_cache_per_token_head` stores it for an int8 cache: scale =
+    max(absmax / 127, 1e-6), x / scale rounded half away from zero, clamped to [-128, 127], truncated to int8; returns
+    (int8 data, float32 scale, data x scale in x's dtype). vLLM's attention kernel casts the data to the query's dtype
+    and applies the scale after its float32 dot product; rounding data x scale to float16 first, as here, differs from
+    that by float16's rounding (2^-11 relative), a tenth of int8's step at worst."""
     import torch
 
     x32 = x.float()

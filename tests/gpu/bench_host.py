@@ -239,7 +239,7 @@ def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> d
     `published` (`control_16bit`: another process with the same checkpoint and the same 16-bit cache), so the
     quantized caches' agreement reads against what the comparison gives when the cache does not change at all (the
     first hold's quantized caches agreed on almost nothing, and so, it turned out, did two 16-bit servers)."""
-    from kv_quant_host import measure, numerics
+    from kv_quant_host import measure, numerics, prompts, repeats_previous_token
 
     names = ["t4serve", *(["published"] if "published" in servers else []), *(f"kv-{k}" for k in kinds)]
     measured: dict[str, Any] = {}
@@ -260,6 +260,8 @@ def kv_numerics(servers: dict[str, Server], kinds: list[str], until: float) -> d
         t.join(timeout=max(until - time.time(), 0) + 70)
     out: dict[str, Any] = {"seconds": round(time.time() - began, 1)}
     reference = measured.get("t4serve") or {"error": "not measured"}
+    if "logprobs" in reference:  # how much the reference's top-1 depends on more than the token before it
+        out["reference_top1_repeats_previous_token"] = repeats_previous_token(reference["logprobs"], prompts())
     controls = [("same_server_again", "t4serve-again"), *([("control_16bit", "published")]
                                                           if "published" in names else [])]
     for key, name in [*((k, f"kv-{k}") for k in kinds), *controls]:

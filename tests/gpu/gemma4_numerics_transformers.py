@@ -55,7 +55,17 @@ def first_hold_rule(name: str, shape: list[int]) -> tuple[float, float]:
     return 0.0, 0.02
 
 
-RULES = {"first-hold": first_hold_rule, "init_rule": kq.init_rule}
+POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm", "post_per_layer_input_norm")
+
+
+def layers_x3_rule(name: str, shape: list[int]) -> tuple[float, float]:
+    """init_rule with the norms after each attention, MLP and per-layer-input block at 3: the layers, not the input
+    token's own embedding, lead the residual stream (under init_rule the top-1 token is the input token again)."""
+    mean, std = kq.init_rule(name, shape)
+    return (3 * mean, 3 * std) if any(n in name for n in POST_NORMS) else (mean, std)
+
+
+RULES = {"first-hold": first_hold_rule, "init_rule": kq.init_rule, "layers-x3": layers_x3_rule}
 
 
 def text_config(hidden: int, vocab: int) -> Any:
@@ -145,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--lengths", default="64,600", help="prompt lengths (600 passes the 512-token window)")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per length")
-    parser.add_argument("--rules", default="first-hold,init_rule")
+    parser.add_argument("--rules", default="first-hold,init_rule,layers-x3")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -208,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         filled = fill(model, RULES[rule_name], args.seed)
         model.half()  # the checkpoint's values: every run below reads these (float32 too, exactly)
         reference, spread = logprobs(model, torch.float16, "eager")
-        rows = {"16-bit": {"positions": sum(len(p) for p in reference), "logit_std": round(spread, 3)}}
+        rows = {"16-bit": {"positions": sum(len(p) for p in reference), "logit_std": round(spread, 3),
+                           "top1_repeats_previous_token": kq.repeats_previous_token(reference, prompts)}}
         for label, (dtype, attention) in runs.items():
             other, spread = logprobs(model, dtype, attention)
             rows[label] = kq.compare(reference, other) | {"logit_std": round(spread, 3)}
@@ -221,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"weights {rule_name} ({filled} tensors, {result['rules'][rule_name]['seconds']} s), against the "
                 f"16-bit reference over {rows['16-bit']['positions']} positions (its logits' std "
-                f"{rows['16-bit']['logit_std']}):",
+                f"{rows['16-bit']['logit_std']}; its top-1 repeats the token before it at "
+                f"{rows['16-bit']['top1_repeats_previous_token']:.1%} of them):",
                 flush=True,
             )
             for label in runs:
@@ -229,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {label:<22} top-1 agreement {r['top1_agreement']:.4f}  largest top-1 logprob difference "
                     f"{r['largest_top1_logprob_difference']:.2e}  (top-1 outside the other's top {kq.TOP_K}: "
-                    f"{r[f'top1_not_in_top{kq.TOP_K}']})",
+                    f"{r[f'top1_not_in_top{kq.TOP_K}']}); over the top {kq.TOP_K}: largest "
+                    f"{r[f'largest_top{kq.TOP_K}_logprob_difference']:.2e}, mean "
+                    f"{r[f'mean_top{kq.TOP_K}_logprob_difference']:.2e}",
                     flush=True,
                 )
     if args.json:

@@ -178,9 +178,13 @@ def top_tokens(prompt_logprobs: list[Any]) -> list[dict[int, float]]:
 
 def compare(reference: list[list[dict[int, float]]], other: list[list[dict[int, float]]]) -> dict[str, Any]:
     """Top-1 agreement and the largest log-probability difference on the reference's top-1 token, over every position
-    of every prompt (lists of per-prompt, per-position {token: logprob})."""
+    of every prompt (lists of per-prompt, per-position {token: logprob}); and over every token of the reference's top
+    TOP_K that the other's top TOP_K holds too, the largest and the mean difference. The top-1 token of a random model
+    can lead by so much that its log-probability is 0 to five digits in both (tests/gpu/gemma4_numerics_transformers.py:
+    docs/verified/numerics-transformers/), where only the tokens below it still show a difference."""
     positions = agree = missing = 0
-    largest = 0.0
+    largest = largest_k = total_k = 0.0
+    count_k = 0
     for ref_prompt, other_prompt in zip(reference, other, strict=True):
         for ref, oth in zip(ref_prompt, other_prompt, strict=True):
             positions += 1
@@ -191,8 +195,27 @@ def compare(reference: list[list[dict[int, float]]], other: list[list[dict[int, 
                 largest = max(largest, abs(ref[ref_top] - oth[ref_top]))
             else:
                 missing += 1
+            for token in ref.keys() & oth.keys():
+                difference = abs(ref[token] - oth[token])
+                largest_k = max(largest_k, difference)
+                total_k += difference
+                count_k += 1
     return {"positions": positions, "top1_agreement": agree / positions if positions else None,
-            "largest_top1_logprob_difference": round(largest, 6), f"top1_not_in_top{TOP_K}": missing}
+            "largest_top1_logprob_difference": round(largest, 6), f"top1_not_in_top{TOP_K}": missing,
+            f"largest_top{TOP_K}_logprob_difference": round(largest_k, 6),
+            f"mean_top{TOP_K}_logprob_difference": round(total_k / count_k, 6) if count_k else None}
+
+
+def repeats_previous_token(logprobs: list[list[dict[int, float]]], prompts: list[list[int]]) -> float | None:
+    """The share of positions whose top-1 token is the prompt token just before it: a random model whose output is
+    its input token again agrees on top-1 with anything, so its top-1 agreement says little (`top_tokens` drops the
+    first position: entry j of a prompt's list is the distribution of token j + 1)."""
+    positions = repeats = 0
+    for per_position, prompt in zip(logprobs, prompts, strict=True):
+        for j, top in enumerate(per_position):
+            positions += 1
+            repeats += max(top, key=lambda t: top[t]) == prompt[j]
+    return repeats / positions if positions else None
 
 
 def post(url: str, body: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
@@ -315,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                     entry["log_tail"] = server.log()[-6000:]
                 else:
                     measured[key] = measure(server.base_url, name)
+                    if key == "auto":  # how much the reference's top-1 depends on more than the token before it
+                        record["reference_top1_repeats_previous_token"] = repeats_previous_token(
+                            measured[key]["logprobs"], prompts())
                     if key == "auto" and args.control:  # the same server again: what one process gives twice
                         measured[AGAIN] = measure(server.base_url, name)
                     for compared in (key, AGAIN) if key == "auto" else (key,):

@@ -65,6 +65,25 @@ def test_compare_counts_agreement_and_the_largest_difference() -> None:
     assert result["positions"] == 2 and result["top1_agreement"] == 0.5
     assert result["largest_top1_logprob_difference"] == pytest.approx(0.2)
     assert result[f"top1_not_in_top{kq.TOP_K}"] == 1
+    # Over the tokens both top lists hold: 1 (0.2), 2 (0.1), 4 (0.8).
+    assert result[f"largest_top{kq.TOP_K}_logprob_difference"] == pytest.approx(0.8)
+    assert result[f"mean_top{kq.TOP_K}_logprob_difference"] == pytest.approx((0.2 + 0.1 + 0.8) / 3)
+
+
+def test_a_saturated_top1_shows_only_below_it() -> None:
+    # Both give the top-1 token log-probability 0 (it leads by far); the tokens below it moved.
+    ref = [[{7: 0.0, 8: -14.0, 9: -15.0}]]
+    other = [[{7: 0.0, 8: -12.5, 9: -15.2}]]
+    result = kq.compare(ref, other)
+    assert result["top1_agreement"] == 1.0 and result["largest_top1_logprob_difference"] == 0.0
+    assert result[f"largest_top{kq.TOP_K}_logprob_difference"] == pytest.approx(1.5)
+
+
+def test_repeats_previous_token_counts_an_echo_of_the_input() -> None:
+    # Entry j of a prompt's list is the distribution of token j + 1; its top-1 equal to prompt[j] repeats it.
+    logprobs = [[{10: -0.1, 3: -2.0}, {11: -0.1}, {5: -0.1}]]
+    assert kq.repeats_previous_token(logprobs, [[10, 11, 12, 13]]) == pytest.approx(2 / 3)
+    assert kq.repeats_previous_token([], []) is None
 
 
 def test_prompt_logprobs_as_vllm_returns_them() -> None:
@@ -197,6 +216,7 @@ def test_main_measures_the_caches_then_a_second_16bit_server_as_control(tmp_path
     assert numerics["same_server_again"]["top1_agreement"] == 1.0
     assert numerics["control_16bit"]["top1_agreement"] == 1.0
     assert numerics["int8"]["top1_agreement"] == 0.0
+    assert record["reference_top1_repeats_previous_token"] == 0.0  # the double's top-1 (5) is no prompt token here
     started.clear()
     with stack:
         assert kq.main([str(tmp_path / "out2"), str(tmp_path / "work"), "--kinds", "auto,int8", "--no-control"]) == 0

@@ -27,8 +27,9 @@
 #   kv-quant   tests/gpu/kv_quant_host.py: bf16 E2B with seeded random weights sized as a T4, served with
 #              T4SERVE_KV_CACHE_DTYPE auto, int8, int4: vLLM's KV figures against the plan's, top-1 agreement and the
 #              largest log-probability difference against the 16-bit cache, beside two controls (the 16-bit
-#              server measured again, a second 16-bit server with T4SERVE_COMPILE=eager); T4SERVE_GPU_KV_ARGS adds
-#              its options (--bench: throughput at 4096 tokens x 16 streams per dtype; --kinds auto,int8, which is
+#              server measured again, a second 16-bit server with T4SERVE_COMPILE=eager), then transformers' 16-bit
+#              and int8 reference on the same checkpoint against the servers (--no-hf-reference); T4SERVE_GPU_KV_ARGS
+#              adds its options (--bench: throughput at 4096 tokens x 16 streams per dtype; --kinds auto,int8, which is
 #              what a T4 runs: the shortest hold that settles the int8 numerics; --no-control)
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}

@@ -1,6 +1,7 @@
 """The quantized KV caches on a GPU host sized as a T4: int8 and int4 against the 16-bit cache, on one checkpoint.
 
-    python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--no-control] [--timeout 900]
+    python3 tests/gpu/kv_quant_host.py OUT WORK [--kinds auto,int8,int4] [--bench] [--no-control]
+        [--no-hf-reference] [--timeout 900]
 
 1. Writes WORK/checkpoints/bf16-random: Gemma 4 E2B's bf16 checkpoint (tests/unit/e2b_checkpoint.py) with seeded
    random, non-zero weights (`randomize`, by `init_rule`: linear weights N(0, 1/fan_in), norms 1 + N(0, 0.02), layer
@@ -20,6 +21,9 @@
    with T4SERVE_COMPILE=eager (`control_16bit`: another process and other kernels, no torch.compile, no CUDA graphs),
    started after the quantized caches: what the comparison gives when the cache does not change at all (the first
    hold's two 16-bit servers agreed on 0 of 160 first tokens, so without a control a low agreement means nothing).
+   After the servers (unless --no-hf-reference): transformers' Gemma 4 on the same checkpoint, 16-bit and with
+   vLLM's int8 rounding (tests/gpu/hf_reference.py), each against the server of its kind: whether vLLM's int8 path
+   computes what int8 rounding gives, which random weights cannot hide (docs/verified/numerics-transformers/).
 4. With --bench: `t4serve bench` at 4,096 input tokens and 16 streams against each server in turn (its report, raw
    results and the throughput line per dtype in OUT/bench-KIND).
 
@@ -294,6 +298,19 @@ def random_checkpoint(work: Path) -> Path:
     return ckpt
 
 
+def independent_reference(ckpt: Path, served: dict[str, list[list[dict[int, float]]]]) -> dict[str, Any]:
+    """vLLM's servers against transformers on the same checkpoint, kind by kind (tests/gpu/hf_reference.py), or the
+    error that stopped it: an extra, so a failure here costs nothing else."""
+    began = time.time()
+    try:
+        from hf_reference import against_servers, reference_logprobs
+
+        result = against_servers(reference_logprobs(ckpt, tuple(served)), served)
+    except Exception as e:  # the hold's other figures stand without it
+        return {"error": f"{type(e).__name__}: {e}", "seconds": round(time.time() - began, 1)}
+    return result | {"seconds": round(time.time() - began, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -302,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", action="store_true", help="also t4serve bench at 4096 tokens and 16 streams")
     parser.add_argument("--no-control", dest="control", action="store_false",
                         help="skip the 16-bit controls (the reference measured again, a second 16-bit server)")
+    parser.add_argument("--no-hf-reference", dest="hf_reference", action="store_false",
+                        help="skip transformers' 16-bit and int8 reference after the servers (hf_reference.py)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a server may take to become ready")
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
@@ -361,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.kill()
                 if server.log_path.exists():
                     shutil.copy2(server.log_path, out / f"{name}-serve.log")
+        if args.hf_reference and "auto" in measured:  # the servers are gone: the GPU is free for transformers
+            record["independent_reference"] = independent_reference(
+                ckpt, {k: measured[k]["logprobs"] for k in ("auto", "int8") if k in measured})
+            write_json(out / "kv-quant.json", record)
         if "numerics" in record:  # each quantized cache was compared as soon as it was measured
             print(json.dumps(record["numerics"], indent=1), flush=True)
     finally:

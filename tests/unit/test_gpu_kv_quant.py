@@ -206,6 +206,15 @@ def test_main_measures_the_caches_then_a_second_16bit_server_as_control(tmp_path
     monkeypatch.setattr(kq, "random_checkpoint", lambda work: work / "ckpt")
     monkeypatch.setattr(kq, "PROMPT_LENGTHS", (8, 600))
     monkeypatch.setattr(kq, "PROMPTS_PER_LENGTH", 1)
+    # transformers' reference (hf_reference.reference_logprobs needs the model on a GPU): answers as the servers do.
+    import hf_reference
+
+    def reference(ckpt: Path, kinds: tuple[str, ...]) -> dict[str, list[list[dict[int, float]]]]:
+        assert kinds == ("auto", "int8")
+        return {k: [[{9 if k == "int8" else 5: -0.1, 9 if k == "auto" else 5: -2.0}] for _ in kq.prompts()]
+                for k in kinds}
+
+    monkeypatch.setattr(hf_reference, "reference_logprobs", reference)
     with stack:
         assert kq.main([str(tmp_path / "out"), str(tmp_path / "work"), "--kinds", "auto,int8"]) == 0
     assert [n for n, _ in started] == ["kv-auto", "kv-int8", "kv-control_16bit"]
@@ -217,8 +226,14 @@ def test_main_measures_the_caches_then_a_second_16bit_server_as_control(tmp_path
     assert numerics["control_16bit"]["top1_agreement"] == 1.0
     assert numerics["int8"]["top1_agreement"] == 0.0
     assert record["reference_top1_repeats_previous_token"] == 0.0  # the double's top-1 (5) is no prompt token here
+    independent = record["independent_reference"]
+    assert independent["vllm_auto_vs_transformers_auto"]["top1_agreement"] == 1.0
+    assert independent["vllm_int8_vs_transformers_int8"]["top1_agreement"] == 1.0
+    assert independent["transformers_int8_vs_transformers_auto"]["top1_agreement"] == 0.0
     started.clear()
     with stack:
-        assert kq.main([str(tmp_path / "out2"), str(tmp_path / "work"), "--kinds", "auto,int8", "--no-control"]) == 0
+        assert kq.main([str(tmp_path / "out2"), str(tmp_path / "work"), "--kinds", "auto,int8", "--no-control",
+                        "--no-hf-reference"]) == 0
     assert [n for n, _ in started] == ["kv-auto", "kv-int8"]
-    assert set(json.loads((tmp_path / "out2" / "kv-quant.json").read_text())["numerics"]) == {"int8"}
+    second = json.loads((tmp_path / "out2" / "kv-quant.json").read_text())
+    assert set(second["numerics"]) == {"int8"} and "independent_reference" not in second

@@ -12,7 +12,7 @@ q/k/v norms, attention scale 1.0, logit soft-capping; the hidden size, MLP and v
 hidden, `--vocab`) so that it runs on two cores.
 
 Per weights rule (`first-hold`: the rule the first GPU hold's checkpoint was written with; `init_rule`: the rule it is
-written with now) it runs the prompts through:
+written with now; `layers-x3`: init_rule with the norms after each block at 3) it runs the prompts through:
 - `16-bit`: float16, transformers' eager attention: the reference, as the 16-bit cache's server;
 - `16-bit, other kernel`: float16, PyTorch's SDPA attention: the control, another 16-bit computation of the same
   model (the GPU host's second 16-bit server);
@@ -20,10 +20,10 @@ written with now) it runs the prompts through:
   them (the formula of `_reshape_cache_per_token_head`, checked here against vLLM's own kernel under
   TRITON_INTERPRET=1, bit for bit) and dequantized (data x scale);
 - `float32`: for scale.
-and prints each against the reference: top-1 agreement over every prompt position and the largest log-probability
-difference on the reference's top-1 token (`kv_quant_host.compare`, over the top TOP_K tokens), and the logits'
-spread. A rehearsal on the CPU, not the GPU's result: CPU rounding, transformers' code, not vLLM's kernels. Its output
-is in docs/verified/numerics-transformers/.
+and prints each against the reference with `kv_quant_host.compare` (top-1 agreement over every prompt position, the
+largest log-probability difference on the reference's top-1 token, the largest and mean over its top TOP_K), the
+logits' spread and how often the reference's top-1 repeats the input token. A rehearsal on the CPU, not the GPU's
+result: CPU rounding, transformers' code, not vLLM's kernels. Its output is in docs/verified/numerics-transformers/.
 """
 
 from __future__ import annotations
@@ -114,6 +114,34 @@ def int8_per_token_head(x: Any) -> Any:
     return data, scale.squeeze(-1), (data.float() * scale).to(x.dtype)
 
 
+INT8_ATTENTION = "t4serve_int8_kv"
+
+
+def register_int8_attention() -> str:
+    """transformers' eager attention over keys and values rounded by `int8_per_token_head`, registered under
+    INT8_ATTENTION for `set_attn_implementation`. Every layer reads keys and values from the cache, so the KV-shared
+    layers read rounded ones too."""
+    from transformers import AttentionInterface
+    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+    def int8_kv_attention(module: Any, query: Any, key: Any, value: Any, mask: Any, **kwargs: Any) -> Any:
+        return eager_attention_forward(
+            module, query, int8_per_token_head(key)[2], int8_per_token_head(value)[2], mask, **kwargs
+        )
+
+    AttentionInterface.register(INT8_ATTENTION, int8_kv_attention)
+    return INT8_ATTENTION
+
+
+def top_logprobs(logits: Any) -> list[dict[int, float]]:
+    """One prompt's logits [positions, vocab] as vLLM's `prompt_logprobs` reach `kv_quant_host.compare`: the top TOP_K
+    {token: logprob} of each position's next token, the last position (no prompt token after it) left out."""
+    import torch
+
+    top = torch.log_softmax(logits[:-1].float(), -1).topk(kq.TOP_K, dim=-1)
+    return [dict(zip(i, v, strict=True)) for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)]
+
+
 def check_against_vllm(torch: Any) -> dict[str, Any]:
     """The formula above against vLLM's own int8 write kernel (interpreted on the CPU), on random fp16 keys and values
     of E2B's two head sizes: data and scales equal bit for bit, or this tool stops. Needs TRITON_INTERPRET=1 set
@@ -162,25 +190,17 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["TRITON_INTERPRET"] = "1"  # before torch or transformers import Triton: vLLM's kernel runs on the CPU
     import torch
-    from transformers import AttentionInterface
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4ForCausalLM, eager_attention_forward
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4ForCausalLM
 
     torch.manual_seed(args.seed)
     vllm_check = check_against_vllm(torch)
-
-    def int8_kv_attention(module: Any, query: Any, key: Any, value: Any, mask: Any, **kwargs: Any) -> Any:
-        # Every layer reads keys and values from the cache, so the shared layers read rounded ones too.
-        return eager_attention_forward(
-            module, query, int8_per_token_head(key)[2], int8_per_token_head(value)[2], mask, **kwargs
-        )
-
-    AttentionInterface.register("t4serve_int8_kv", int8_kv_attention)
+    int8_attention = register_int8_attention()
     rng = random.Random(args.seed)
     lengths = [int(n) for n in args.lengths.split(",")]
     prompts = [[rng.randrange(3, args.vocab) for _ in range(n)] for n in lengths for _ in range(args.prompts)]
     runs = {
         "16-bit, other kernel": (torch.float16, "sdpa"),
-        "int8 KV": (torch.float16, "t4serve_int8_kv"),
+        "int8 KV": (torch.float16, int8_attention),
         "float32": (torch.float32, "eager"),
     }
 
@@ -192,14 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             for prompt in prompts:
                 logits = model(torch.tensor([prompt])).logits[0].float()
                 spread.append(float(logits.std()))
-                lp = torch.log_softmax(logits, -1)
-                top = lp.topk(kq.TOP_K, dim=-1)
-                out.append(
-                    [
-                        dict(zip(i.tolist(), v.tolist(), strict=True))
-                        for i, v in zip(top.indices[:-1], top.values[:-1], strict=True)
-                    ]
-                )
+                out.append(top_logprobs(logits))
         return out, sum(spread) / len(spread)
 
     config = text_config(args.hidden, args.vocab)

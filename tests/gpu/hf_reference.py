@@ -9,7 +9,7 @@ the shape `kv_quant_host.measure` reads from vLLM's `prompt_logprobs`, for kv_qu
 `kv_quant_host.compare` can set vLLM's int8 server against transformers' int8 beside vLLM's 16-bit server against
 transformers' 16-bit: if the first pair is as close as the second, and both far closer than int8 is to 16 bits,
 vLLM's int8 path computes what int8 rounding gives, whatever the random weights make of it. Run on the GPU host after
-the servers (kv_quant_host.py --hf-reference); on a CPU for a dry run with a small checkpoint.
+the servers (kv_quant_host.py does, unless --no-hf-reference); on a CPU for a dry run with a small checkpoint.
 """
 
 from __future__ import annotations
@@ -25,35 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kv_quant_host as kq
 
 KINDS = ("auto", "int8")
-INT8_ATTENTION = "t4serve_int8_kv"
 
 
 def reference_logprobs(checkpoint: Path, kinds: tuple[str, ...] = KINDS, *, device: str = "cuda",
                        dtype: str = "float16", prompts: list[list[int]] | None = None
                        ) -> dict[str, list[list[dict[int, float]]]]:
     import torch
-    from gemma4_numerics_transformers import int8_per_token_head
-    from transformers import AttentionInterface, AutoModelForCausalLM
-    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+    from gemma4_numerics_transformers import register_int8_attention, top_logprobs
+    from transformers import AutoModelForCausalLM
 
-    def int8_kv_attention(module: Any, query: Any, key: Any, value: Any, mask: Any, **kwargs: Any) -> Any:
-        return eager_attention_forward(module, query, int8_per_token_head(key)[2], int8_per_token_head(value)[2],
-                                       mask, **kwargs)
-
-    AttentionInterface.register(INT8_ATTENTION, int8_kv_attention)
+    int8_attention = register_int8_attention()
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).to(device).eval()
     out: dict[str, list[list[dict[int, float]]]] = {}
     for kind in kinds:
-        model.set_attn_implementation("eager" if kind == "auto" else INT8_ATTENTION)
-        per_prompt = []
+        model.set_attn_implementation("eager" if kind == "auto" else int8_attention)
         with torch.no_grad():
-            for ids in prompts if prompts is not None else kq.prompts():
-                logits = model(torch.tensor([ids], device=device)).logits[0, :-1]
-                top = torch.log_softmax(logits.float(), -1).topk(kq.TOP_K, dim=-1)
-                per_prompt.append([dict(zip(i, v, strict=True)) for i, v in
-                                   zip(top.indices.tolist(), top.values.tolist(), strict=True)])
-                del logits, top
-        out[kind] = per_prompt
+            out[kind] = [top_logprobs(model(torch.tensor([ids], device=device)).logits[0])
+                         for ids in (prompts if prompts is not None else kq.prompts())]
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()

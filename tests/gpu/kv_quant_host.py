@@ -360,13 +360,12 @@ def main(argv: list[str] | None = None) -> int:
                     if key == "auto":  # how much the reference's top-1 depends on more than the token before it
                         record["reference_top1_repeats_previous_token"] = repeats_previous_token(
                             measured[key]["logprobs"], prompts())
-                    if key == "auto" and args.control:  # the same server again: what one process gives twice
-                        measured[AGAIN] = measure(server.base_url, name)
-                    for compared in (key, AGAIN) if key == "auto" else (key,):
-                        if compared != "auto" and compared in measured and "auto" in measured:
-                            # compared at once: a hold cut short keeps it
-                            record.setdefault("numerics", {})[compared] = numerics(measured["auto"],
-                                                                                  measured[compared])
+                        if args.control:  # the same server again: what one process gives twice
+                            measured[AGAIN] = measure(server.base_url, name)
+                    # Compared with the 16-bit reference at once: a hold cut short keeps it.
+                    compared = AGAIN if key == "auto" else key
+                    if compared in measured and "auto" in measured:
+                        record.setdefault("numerics", {})[compared] = numerics(measured["auto"], measured[compared])
                     if args.bench and key in kinds:
                         cmd = ["t4serve", "bench", "--models", name, "--base-url",
                                f"{name}={server.base_url}", "--tokenizer", str(ckpt), "--inputs", "4096",

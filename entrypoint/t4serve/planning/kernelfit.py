@@ -34,28 +34,30 @@ def int4_need(spec: KVSpec) -> int | None:
     return INT4_TURING_FULL_ATTENTION.get(head)
 
 
-def _int4_worst(specs: list[KVSpec]) -> tuple[KVSpec, int | None]:
-    """The layer whose int4 kernel needs the most shared memory on sm_75 (None: more than any head measured)."""
+def _int4_excess(specs: list[KVSpec], capability: tuple[int, int]) -> tuple[KVSpec, int | None] | None:
+    """On Turing, the layer whose int4 kernel needs the most shared memory and that need (None: more than any head
+    measured), where it exceeds the card; else None (other cards, or no layers to judge: nothing this table knows)."""
+    if capability != TURING or not specs:
+        return None
     worst = max(specs, key=lambda s: int4_need(s) or 1 << 30)
-    return worst, int4_need(worst)
+    need = int4_need(worst)
+    return None if need is not None and need <= shared_memory_per_block_optin(capability) else (worst, need)
 
 
 def int4_fits(specs: list[KVSpec], capability: tuple[int, int]) -> bool:
     """Whether vLLM's int4 kernel fits the card for these layers: below Turing's limit on Turing, and elsewhere (or
     with no layers to judge) as far as this table knows."""
-    if capability != TURING or not specs:
-        return True
-    need = _int4_worst(specs)[1]
-    return need is not None and need <= shared_memory_per_block_optin(capability)
+    return _int4_excess(specs, capability) is None
 
 
 def check_kv_kernel_fits(specs: list[KVSpec], cache_dtype: str, gpu_name: str, capability: tuple[int, int]) -> None:
     """A ConfigError where vLLM's int4 per-token-head attention kernel needs more shared memory per block than this
     Turing card has, for any layer of the model (the largest need named)."""
-    if cache_dtype != "int4_per_token_head" or int4_fits(specs, capability):
+    excess = _int4_excess(specs, capability) if cache_dtype == "int4_per_token_head" else None
+    if excess is None:
         return
+    worst, need = excess
     limit = shared_memory_per_block_optin(capability)
-    worst, need = _int4_worst(specs)
     layer = "full-attention" if worst.sliding_window is None else f"{worst.sliding_window}-token sliding"
     needed = f"{need:,} B" if need is not None else "more than any head measured (512 needs 98,304 B)"
     raise ConfigError(

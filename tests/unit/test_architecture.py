@@ -13,8 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint" / "t4serve"
 GROUND = ("errors", "units", "untrusted", "atomic", "serde", "httpclient", "apiguard", "facts", "gpus")
 # The stages in docs/architecture.md's order ("The import order"): a module may import the ground, its own stage, and
 # any stage before its own.
-STAGES = ("config", "patch", "probes", "planning", "preflight", "pipeline", "supervise", "contract", "host", "bench",
-          "mcp", "commands", "cli", "__main__")  # fmt: skip
+STAGES = ("config", "patch", "turing", "probes", "planning", "preflight", "pipeline", "supervise", "contract", "host",
+          "bench", "mcp", "commands", "cli", "__main__")  # fmt: skip
 MAX_LOOSE_MODULES = 16
 MAX_MODULE_LINES = 600
 

@@ -94,8 +94,8 @@ def test_every_variable_has_a_row_and_a_default_doc() -> None:
         ({"T4SERVE_DTYPE": "half"}, "dtype", "float16"),
         ({"T4SERVE_DTYPE": "bfloat16"}, "dtype", "bfloat16"),
         ({"T4SERVE_PREFLIGHT": "warn"}, "preflight", "warn"),
-        ({"T4SERVE_VLLM_ARGS": "--enforce-eager --attention-backend 'TRITON_ATTN'"}, "vllm_args",
-         ("--enforce-eager", "--attention-backend", "TRITON_ATTN")),
+        ({"T4SERVE_VLLM_ARGS": "--enforce-eager --compilation-config '{\"mode\": 0}'"}, "vllm_args",
+         ("--enforce-eager", "--compilation-config", '{"mode": 0}')),
         ({"HF_HOME": "/cache/huggingface"}, "hf_home", "/cache/huggingface"),
         ({"XDG_CACHE_HOME": "/xdg"}, "hf_home", "/xdg/huggingface"),
         ({"HF_HUB_OFFLINE": "1"}, "hf_hub_offline", True),
@@ -229,7 +229,7 @@ def test_vllm_args_fixed_flags(arg: str, why: str) -> None:
     assert problem is not None and why in problem
 
 
-@pytest.mark.parametrize("arg", ["--attention-backend", "--attention_backend=TRITON_ATTN", "--enforce-eager", "x", "-"])
+@pytest.mark.parametrize("arg", ["--enforce-eager", "--enable-prefix-caching", "x", "-"])
 def test_vllm_args_allowed(arg: str) -> None:
     assert vllm_flag_conflict(arg) is None
 

@@ -26,9 +26,15 @@ def test_fixed_flags_are_refused_with_the_reason(arg: str) -> None:
     assert vllm_flag_conflict(arg) is not None
 
 
-@pytest.mark.parametrize("arg", ["--attention-backend", "--enable-prefix-caching", "-O", "value", "-", "--"])
+@pytest.mark.parametrize("arg", ["--enable-prefix-caching", "-O", "value", "-", "--"])
 def test_other_flags_and_values_pass(arg: str) -> None:
     assert vllm_flag_conflict(arg) is None
+
+
+@pytest.mark.parametrize("arg", ["--attention-backend", "--attention_backend=FLASH_ATTN", "--attention-backend=X"])
+def test_the_attention_backend_is_t4serves(arg: str) -> None:
+    problem = vllm_flag_conflict(arg)
+    assert problem is not None and "T4SERVE_ATTENTION" in problem
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from t4serve.config.settings import Settings
 from t4serve.facts import Facts
 from t4serve.pipeline import ensure_model, with_known_gpu
 from t4serve.planning.derived import Derived
-from t4serve.planning.plan import Plan, attention_backend, choose_dtype, clamp_decision, head_sizes, plan
+from t4serve.planning.plan import Plan, choose_dtype, clamp_decision, head_sizes, plan
 
 TOKEN = "hf_planTOKEN42"
 
@@ -46,8 +46,9 @@ def test_t4_qat_argv() -> None:
     assert flag(argv, "--max-num-seqs") == str(int(p.sizing.max_num_seqs.value))
     if p.sizing.kv_cache_memory_bytes is not None:
         assert flag(argv, "--kv-cache-memory-bytes") == str(int(p.sizing.kv_cache_memory_bytes.value))
-    # The backend is vLLM's choice; the block size the figures are for is pinned.
-    assert "--attention-backend" not in argv and p.attention_backend is None
+    # vLLM's Triton backend on Turing's tensor cores (t4serve.turing); the block size the figures are for is pinned.
+    assert flag(argv, "--attention-backend") == "TRITON_ATTN" and p.attention.path == "turing-mma"
+    assert p.env["T4SERVE_ATTENTION"] == "turing-mma"
     assert flag(argv, "--block-size") == "16" and p.sizing.block_size == 16
     assert "capability 7.5 < 8.0" in p.dtype_reason
 
@@ -68,14 +69,13 @@ def test_settings_pass_through_and_user_flags_come_last() -> None:
         T4SERVE_SERVED_MODEL_NAME="gemma",
         T4SERVE_GPU_MEMORY_UTILIZATION="0.85",
         T4SERVE_SHUTDOWN_TIMEOUT="5",
-        T4SERVE_VLLM_ARGS="--enforce-eager --attention-backend TRITON_ATTN",
+        T4SERVE_VLLM_ARGS="--enforce-eager --enable-prefix-caching",
     )
     argv = p.argv
     assert flag(argv, "--max-model-len") == "8192" and flag(argv, "--max-num-seqs") == "4"
     assert flag(argv, "--port") == "8080" and flag(argv, "--served-model-name") == "gemma"
     assert flag(argv, "--gpu-memory-utilization") == "0.85" and flag(argv, "--shutdown-timeout") == "5"
-    assert argv[-3:] == ("--enforce-eager", "--attention-backend", "TRITON_ATTN")
-    assert p.attention_backend == "TRITON_ATTN"
+    assert argv[-2:] == ("--enforce-eager", "--enable-prefix-caching")
 
 
 def test_kv_cache_memory_bytes_setting_reaches_argv() -> None:
@@ -157,12 +157,6 @@ def test_more_than_one_gpu_is_noted() -> None:
     assert not any("GPUs visible" in n for n in plan_for(with_gpu(t4())).notes)
 
 
-def test_attention_backend_forms() -> None:
-    assert attention_backend(("--attention-backend=FLEX_ATTENTION",)) == "FLEX_ATTENTION"
-    assert attention_backend(("--attention_backend", "TRITON_ATTN")) == "TRITON_ATTN"
-    assert attention_backend(("--enforce-eager",)) is None
-
-
 def test_kv_cache_profile_leaves_the_pool_to_vllm_and_keeps_the_prediction() -> None:
     auto = plan_for(t4())
     p = plan_for(t4(), T4SERVE_KV_CACHE_MEMORY_BYTES="profile")
@@ -205,9 +199,10 @@ def test_size_as_t4_on_an_h200_gives_the_t4_plan_with_vllms_budget_scaled() -> N
     assert "T4SERVE_SHARED_MEMORY_PER_BLOCK" not in plain.env and "--attention-backend" not in plain.argv
 
 
-def test_size_as_keeps_an_attention_backend_the_user_chose() -> None:
-    p = plan_for(h200(), T4SERVE_SIZE_AS="t4", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
-    assert p.argv.count("--attention-backend") == 1 and p.attention_backend == "FLEX_ATTENTION"
+def test_size_as_t4_takes_the_t4s_attention_path() -> None:
+    p = plan_for(h200(), T4SERVE_SIZE_AS="t4")
+    assert p.argv.count("--attention-backend") == 1 and p.attention.path == "turing-mma"
+    assert p.env["T4SERVE_ATTENTION"] == "turing-mma"
 
 
 def test_max_num_batched_tokens_is_owned_by_the_plan_and_moves_its_kv_figures() -> None:

@@ -100,10 +100,6 @@ def test_quantization_dtypes_are_vllms() -> None:
 
 def test_quantized_caches_run_on_triton() -> None:
     p = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_KV_CACHE_DTYPE="int8")
-    assert flag(p.argv, "--attention-backend") == "TRITON_ATTN" and p.attention_backend == "TRITON_ATTN"
+    assert flag(p.argv, "--attention-backend") == "TRITON_ATTN" and p.attention.backend == "TRITON_ATTN"
     auto = plan_for(with_known_gpu(t4(), "h100"))
-    assert "--attention-backend" not in auto.argv
-    other = plan_for(with_known_gpu(t4(), "h100"), T4SERVE_KV_CACHE_DTYPE="fp8",
-                     T4SERVE_VLLM_ARGS="--attention-backend FLASH_ATTN")
-    assert other.sizing is None and other.sizing_error is not None
-    assert "drop --attention-backend" in other.sizing_error
+    assert "--attention-backend" not in auto.argv and auto.attention.path is None

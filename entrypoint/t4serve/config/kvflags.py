@@ -60,9 +60,9 @@ REFUSED_KV_FLAGS: dict[str, str] = {
     "--kv-offloading-size": "KV offloading adds a host tier t4serve's KV sizing does not model",
     "--kv-offloading-backend": "KV offloading adds a host tier t4serve's KV sizing does not model",
     "--attention-config": "it can set the backend per layer kind, the FlashAttention version and sparse attention, "
-    "which move the KV layout; pass --attention-backend NAME instead",
+    "which move the KV layout; set T4SERVE_ATTENTION instead",
     "-ac": "it can set the backend per layer kind, the FlashAttention version and sparse attention, which move the KV "
-    "layout; pass --attention-backend NAME instead",
+    "layout; set T4SERVE_ATTENTION instead",
 }
 
 

@@ -69,6 +69,8 @@ _BF16 = format_capability(BF16_MIN_CAPABILITY)
 _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32"}
 # T4SERVE_KV_CACHE_DTYPE: t4serve.planning.vllmchecks maps each to vLLM's --kv-cache-dtype for the card.
 KV_CACHE_DTYPES = ("auto", "int8", "int4", "fp8")
+# T4SERVE_ATTENTION: t4serve.planning.attention resolves `auto` and checks the named paths against the card.
+ATTENTION_PATHS = ("auto", "turing-mma", "triton")
 PREFLIGHT_MODES = ("strict", "warn")
 CONFIG_ERROR_MODES = ("exit", "wait")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -169,7 +171,7 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
         args = shlex.split(raw)
     except ValueError as exc:
         raise Invalid(
-            f"must be shell-quoted flags ({exc})", "'--enforce-eager --attention-backend TRITON_ATTN'"
+            f"must be shell-quoted flags ({exc})", "'--enforce-eager --enable-prefix-caching'"
         ) from None
     for i, arg in enumerate(args):
         following = args[i + 1] if i + 1 < len(args) else None
@@ -289,6 +291,14 @@ VARIABLES: tuple[Variable, ...] = (
         choice(KV_CACHE_DTYPES), "int8", "--kv-cache-dtype",
     ),
     Variable(
+        "T4SERVE_ATTENTION", "attention", "auto", "auto",
+        "Attention path: `turing-mma` runs vLLM's Triton attention on Turing's tensor cores (compute capability 7.5, "
+        "float16, 16-bit or int8 KV cache: Triton's own code for Turing has no tensor-core path; docs/sizing.md has "
+        "the figures); `triton` is vLLM's Triton attention as vLLM launches it; `auto`: turing-mma where it runs on "
+        "a Turing card, else triton there, and vLLM's own choice from 8.0. `plan` says which and why.",
+        choice(ATTENTION_PATHS), "turing-mma", "--attention",
+    ),
+    Variable(
         "T4SERVE_COMPILE", "compile", "auto", "auto",
         "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
         "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
@@ -313,7 +323,7 @@ VARIABLES: tuple[Variable, ...] = (
         "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use, and so are "
         "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
         "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); flags that move the KV cache "
-        "are sized or refused (docs/sizing.md); `--attention-backend` passes through.",
+        "are sized or refused (docs/sizing.md).",
         _vllm_args, "--enforce-eager", "--vllm-args",
     ),
     secrets.HF_TOKEN,
@@ -386,6 +396,7 @@ class Settings:
     kv_cache_memory_bytes: int | str | None  # bytes; None for auto; KV_PROFILE to let vLLM profile
     dtype: str
     kv_cache_dtype: str
+    attention: str
     compile: str
     preflight: str
     on_config_error: str

@@ -30,6 +30,9 @@ CONTROLLED_FLAGS: dict[str, str] = {
     "--kv-cache-memory-bytes": "T4SERVE_KV_CACHE_MEMORY_BYTES",
     # The KV figures are sized for the cache dtype, which the plan maps to vLLM's name for the card.
     "--kv-cache-dtype": "T4SERVE_KV_CACHE_DTYPE",
+    # The attention path: vLLM's Triton backend, on Turing's tensor cores where t4serve.turing runs (the image carries
+    # no other backend).
+    "--attention-backend": "T4SERVE_ATTENTION",
     "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
     "--download-dir": "HF_HOME",
     # Secrets (SECRET_FLAGS): each travels only in the vLLM process's environment, never on its command line.

@@ -212,7 +212,8 @@ def run_unified_attention(module: Any, torch: Any, batch: Batch, **cache: Any) -
         cu_seqlens_q=t["cu_seqlens_q"],
         max_seqlen_q=max(batch.query_lens),
         seqused_k=t["seqused_k"],
-        max_seqlen_k=int(t["seqused_k"].max()),
+        # From the batch's own lengths, not the tensor: no device-to-host copy, so a CUDA graph can capture the call.
+        max_seqlen_k=max(c + q for c, q in zip(batch.context_lens, batch.query_lens, strict=True)),
         softmax_scale=batch.head_size**-0.5,
         causal=True,
         # vLLM's backend passes (window - 1, 0) for a sliding layer and (-1, -1) for global attention.
@@ -229,9 +230,11 @@ def run_unified_attention(module: Any, torch: Any, batch: Batch, **cache: Any) -
 
 
 def reference_attention(torch: Any, batch: Batch) -> Any:
-    """Causal (and sliding-window) attention in float32 over the same paged cache, one sequence at a time."""
+    """Causal (and sliding-window) attention in float32 over the same paged cache, one sequence at a time, on the
+    device the batch is on."""
     t = batch.tensors
-    out = torch.zeros(t["q"].shape, dtype=torch.float32)
+    device = t["q"].device
+    out = torch.zeros(t["q"].shape, dtype=torch.float32, device=device)
     scale = batch.head_size**-0.5
     start = 0
     for i, (context, qlen) in enumerate(zip(batch.context_lens, batch.query_lens, strict=True)):
@@ -240,8 +243,8 @@ def reference_attention(torch: Any, batch: Batch) -> Any:
         keys = t["k"][blocks].reshape(-1, NUM_KV_HEADS, batch.head_size)[:seq_len].float()
         values = t["v"][blocks].reshape(-1, NUM_KV_HEADS, batch.head_size)[:seq_len].float()
         query = t["q"][start : start + qlen].float()
-        query_pos = torch.arange(context, seq_len)[:, None]
-        key_pos = torch.arange(seq_len)[None, :]
+        query_pos = torch.arange(context, seq_len, device=device)[:, None]
+        key_pos = torch.arange(seq_len, device=device)[None, :]
         allowed = key_pos <= query_pos
         if batch.window:
             allowed &= (query_pos - key_pos) < batch.window

@@ -22,7 +22,6 @@ from t4serve.errors import ConfigError, T4ServeError
 from t4serve.facts import Facts, GpuDevice, ModelFacts, vllm_env_true
 from t4serve.gpus import (
     BF16_MIN_CAPABILITY,
-    FLASH_ATTENTION_MIN_CAPABILITY,
     KNOWN_GPU_UUID_PREFIX,
     KnownGpu,
     format_capability,
@@ -38,12 +37,12 @@ from t4serve.patch.clamp import (
     tile_shared_memory,
 )
 from t4serve.planning import kernelfit, kvcache, vllmchecks
+from t4serve.planning.attention import AttentionChoice, choose_attention
 from t4serve.planning.derived import Derived, format_bytes
 from t4serve.planning.sizing import Sizing, SizingInputs, size, text_config
 from t4serve.serde import to_dict
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-TRITON_ATTENTION = "TRITON_ATTN"
 
 
 @dataclass(frozen=True)
@@ -74,8 +73,9 @@ class Plan:
     sizing_error: str | None
     clamp_needed: bool
     clamp_reason: str
-    # `--attention-backend` as the user passed it in T4SERVE_VLLM_ARGS; None leaves the choice to vLLM.
-    attention_backend: str | None
+    # T4SERVE_ATTENTION resolved (t4serve.planning.attention): the path vLLM runs (None: vLLM's own choice of backend),
+    # the `--attention-backend` t4serve passes (None: none) and why.
+    attention: AttentionChoice
     # What `--gpu-memory-utilization` gets: the setting, scaled by T4SERVE_SIZE_AS to the named card's budget.
     gpu_memory_utilization: float
     # The known GPU's key under T4SERVE_SIZE_AS, else None.
@@ -119,7 +119,7 @@ class Plan:
             f"dtype:             {self.dtype}  ({self.dtype_reason})",
             f"kv cache dtype:    {self.kv_cache_dtype}  ({self.kv_cache_dtype_reason})",
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
-            f"attention backend: {self.attention_backend or 'chosen by vLLM'}",
+            f"attention:         {self.attention.label}  ({self.attention.reason})",
             f"compile:           {self.compile_summary}",
         ]
         if self.sizing is not None:
@@ -269,16 +269,6 @@ def _checkpoint_dtype(model: ModelFacts | None) -> str | None:
     return None
 
 
-def attention_backend(vllm_args: tuple[str, ...]) -> str | None:
-    for i, arg in enumerate(vllm_args):
-        name, eq, value = arg.partition("=")
-        if name.replace("_", "-") == "--attention-backend":
-            if eq:
-                return value
-            return vllm_args[i + 1] if i + 1 < len(vllm_args) else None
-    return None
-
-
 def scaled_utilization(utilization: float, card_bytes: int, real_bytes: int) -> float:
     """The `--gpu-memory-utilization` that gives vLLM on `real_bytes` the budget `utilization` gives on `card_bytes`:
     rounded down at 6 decimals, so vLLM's budget never exceeds the card's."""
@@ -349,21 +339,6 @@ def _sized_flags(settings: Settings, sizing: Sizing | None) -> list[str]:
     return argv
 
 
-def _attention_flags(settings: Settings, card: KnownGpu | None) -> tuple[list[str], str | None]:
-    """`--attention-backend` where t4serve sets it, and the backend the server runs: the user's (T4SERVE_VLLM_ARGS),
-    Triton for a card below FlashAttention's capability it is sized as or for a quantized KV cache, else vLLM's
-    choice (None)."""
-    backend = attention_backend(settings.vllm_args)
-    if card is not None and card.compute_capability < FLASH_ATTENTION_MIN_CAPABILITY and backend is None:
-        # On the card it stands for, Triton is vLLM's only attention backend (FlashAttention and FlashInfer need 8.0).
-        return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
-    if settings.kv_cache_dtype != "auto" and backend is None:
-        # The quantized caches are sized as vLLM's Triton backend lays them out (the only one running the
-        # per-token-head types; FlashAttention's fp8 picks its own blocks on 9.x).
-        return ["--attention-backend", TRITON_ATTENTION], TRITON_ATTENTION
-    return [], backend
-
-
 def plan(settings: Settings, facts: Facts) -> Plan:
     """The Plan for these settings on this (probed, recorded or known) machine: the card, the dtype, the clamp, the
     sizing, then the `vllm serve` command line and the environment vLLM runs in."""
@@ -371,7 +346,15 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     gpu, model = card.gpu, facts.model
     dtype, dtype_reason = choose_dtype(settings, gpu, model)
     clamp_needed, clamp_reason = clamp_decision(gpu, model)
-    sizing, sizing_error = _size(settings, facts, gpu, dtype, card.sized_as)
+    try:
+        attention = choose_attention(settings.attention, gpu.compute_capability if gpu is not None else None, dtype,
+                                     settings.kv_cache_dtype, head_sizes(model))
+        attention_error = None
+    except ConfigError as exc:
+        # A named path that cannot run here: no plan to serve, the refusal where sizing's would be.
+        attention, attention_error = AttentionChoice(None, None, exc.what), exc.message()
+    sizing, sizing_error = (None, attention_error) if attention_error else _size(settings, facts, gpu, dtype,
+                                                                                  card.sized_as, attention)
     model_arg = model.local_path if model is not None and model.local_path else settings.model.target
 
     argv: list[str] = ["vllm", "serve", model_arg]
@@ -392,8 +375,8 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         # accepts on these GPUs lays the cache out alike (tests/image/test_kv_oracle_families.py), where FlashAttention
         # 4 would pick 128 for 256-wide heads on capability 10.x.
         argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
-    attention, backend = _attention_flags(settings, card.sized_as)
-    argv += attention
+    if attention.backend is not None:
+        argv += ["--attention-backend", attention.backend]
     argv += list(settings.vllm_args)
 
     env = {
@@ -403,6 +386,10 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         "VLLM_LOGGING_LEVEL": settings.log_level.upper(),
         **card.env,
     }
+    if attention.path is not None:
+        # What t4serve's vLLM plugin reads in every vLLM process (t4serve.turing.plugin): the resolved path, never
+        # `auto`.
+        env["T4SERVE_ATTENTION"] = attention.path
     return Plan(
         model=model_arg,
         model_source=model.source if model is not None else "not probed",
@@ -421,7 +408,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         sizing_error=sizing_error,
         clamp_needed=clamp_needed,
         clamp_reason=clamp_reason,
-        attention_backend=backend,
+        attention=attention,
         gpu_memory_utilization=card.utilization,
         sized_as=card.sized_as.key if card.sized_as is not None else None,
         compile_summary=compile_summary(settings),
@@ -448,7 +435,8 @@ def _float(value: float) -> str:
 
 
 def _size(
-    settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str, card: KnownGpu | None
+    settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str, card: KnownGpu | None,
+    attention: AttentionChoice,
 ) -> tuple[Sizing | None, str | None]:
     if gpu is None:
         return None, "no GPU visible (plan for a known card with --gpu t4)"
@@ -469,7 +457,6 @@ def _size(
                       else [])
         # vLLM refuses these before it plans: the plan refuses them first, in vLLM's words.
         vllmchecks.check_kv_cache_dtype(settings.kv_cache_dtype, gpu_name, gpu.compute_capability,
-                                         attention_backend(settings.vllm_args),
                                          int4_runs=kernelfit.int4_fits(int4_specs, gpu.compute_capability))
         vllmchecks.check_quantization(model, dtype, gpu_name, gpu.compute_capability)
         # vLLM plans a cache whose attention kernel the card cannot launch: the plan refuses it first.

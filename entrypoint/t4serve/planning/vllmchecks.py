@@ -45,21 +45,10 @@ def kv_cache_dtype_reason(setting: str) -> str:
             "Triton attention backend)")
 
 
-def check_kv_cache_dtype(setting: str, gpu_name: str, capability: tuple[int, int], backend: str | None = None, *,
-                         int4_runs: bool = True) -> None:
-    """A ConfigError where the card cannot run the KV cache dtype (fp8 below capability 8.9, in vLLM's words), or where
-    T4SERVE_VLLM_ARGS names an attention backend other than Triton for a quantized cache (the plan sizes the Triton
-    backend's layout, and passes `--attention-backend TRITON_ATTN` itself when none is named). `int4_runs`: whether
-    int4's kernel fits this card for the model (t4serve.planning.kernelfit), so fp8's fix names it only then."""
-    if setting != "auto" and backend is not None and backend.upper() != "TRITON_ATTN":
-        raise ConfigError(
-            f"T4SERVE_KV_CACHE_DTYPE={setting} with --attention-backend {backend}",
-            found=f"T4SERVE_KV_CACHE_DTYPE={setting}; T4SERVE_VLLM_ARGS names --attention-backend {backend}",
-            required="vLLM's Triton attention backend for a quantized KV cache: it alone runs the per-token-head "
-                     "types, and t4serve sizes its layout",
-            fix="drop --attention-backend from T4SERVE_VLLM_ARGS (t4serve passes TRITON_ATTN), or set "
-                "T4SERVE_KV_CACHE_DTYPE=auto",
-        )
+def check_kv_cache_dtype(setting: str, gpu_name: str, capability: tuple[int, int], *, int4_runs: bool = True) -> None:
+    """A ConfigError where the card cannot run the KV cache dtype (fp8 below capability 8.9, in vLLM's words).
+    `int4_runs`: whether int4's kernel fits this card for the model (t4serve.planning.kernelfit), so fp8's fix names it
+    only then. (A quantized cache always runs on vLLM's Triton backend: t4serve.planning.attention passes it.)"""
     if setting == "fp8" and capability < FP8_MIN_CAPABILITY:
         raise ConfigError(
             f"T4SERVE_KV_CACHE_DTYPE=fp8 cannot run on capability {format_capability(capability)}",

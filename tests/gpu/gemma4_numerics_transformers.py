@@ -55,17 +55,7 @@ def first_hold_rule(name: str, shape: list[int]) -> tuple[float, float]:
     return 0.0, 0.02
 
 
-POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm", "post_per_layer_input_norm")
-
-
-def layers_x3_rule(name: str, shape: list[int]) -> tuple[float, float]:
-    """init_rule with the norms after each attention, MLP and per-layer-input block at 3: the layers, not the input
-    token's own embedding, lead the residual stream (under init_rule the top-1 token is the input token again)."""
-    mean, std = kq.init_rule(name, shape)
-    return (3 * mean, 3 * std) if any(n in name for n in POST_NORMS) else (mean, std)
-
-
-RULES = {"first-hold": first_hold_rule, "init_rule": kq.init_rule, "layers-x3": layers_x3_rule}
+RULES = {"first-hold": first_hold_rule, "init_rule": kq.init_rule, "layers-x3": kq.layers_x3_rule}
 
 
 def text_config(hidden: int, vocab: int) -> Any:

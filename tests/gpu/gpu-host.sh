@@ -31,6 +31,12 @@
 #              and int8 reference on the same checkpoint against the servers (--no-hf-reference); T4SERVE_GPU_KV_ARGS
 #              adds its options (--bench: throughput at 4096 tokens x 16 streams per dtype; --kinds auto,int8, which is
 #              what a T4 runs: the shortest hold that settles the int8 numerics; --no-control)
+#   turing     issue 43, attention as a T4 runs it (tests/gpu/t4mode.py): tests/gpu/turing_kernels.py (vLLM's kernel
+#              launch by launch at E2B's shapes, vLLM's launch against t4serve's FMA and tensor-core launches, sm_75
+#              code within a T4's registers), then tests/gpu/turing_served.py with the launches it chose (triton and
+#              turing-mma served side by side sized as a T4: TTFT, greedy tokens, the profiler's attention share,
+#              the bench's 4,096-token cells); T4SERVE_GPU_DEADLINE (epoch seconds) ends the served part in time
+#   turing-kernels, turing-served   one of the two (turing-served with the package's own launch table)
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -92,5 +98,14 @@ case $step in
       ${T4SERVE_GPU_BENCH_ARGS:-} ;;
   # shellcheck disable=SC2086
   kv-quant) python3 tests/gpu/kv_quant_host.py "$out/kv-quant" "$work" ${T4SERVE_GPU_KV_ARGS:-} ;;
+  # shellcheck disable=SC2086
+  turing) python3 tests/gpu/turing_kernels.py "$out/kernels" ${T4SERVE_GPU_TURING_ARGS:-} \
+        || echo "turing_kernels.py failed: the servers run the package's own launch table"
+      launches=(); [ -f "$out/kernels/choice.json" ] && launches=(--launches "$out/kernels/choice.json")
+      python3 tests/gpu/turing_served.py "$out/served" "$work" "${launches[@]}" \
+        --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
+  # shellcheck disable=SC2086
+  turing-kernels) python3 tests/gpu/turing_kernels.py "$out/kernels" ${T4SERVE_GPU_TURING_ARGS:-} ;;
+  turing-served) python3 tests/gpu/turing_served.py "$out/served" "$work" --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

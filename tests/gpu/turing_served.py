@@ -256,7 +256,14 @@ def main(argv: list[str] | None = None) -> int:
                    ",".join(f"{p}={u}" for p, u in urls.items()), "--tokenizer", str(ckpt), "--inputs", "4096",
                    "--concurrency", "1,8", "--repeats", "2", "--waves", "3", "--output-len", "32", "--warmup-run",
                    "--output", str(out / "bench")]
-            done = subprocess.run(cmd, env=next(iter(ready.values())).environment(), timeout=1500)
+            # Bounded by the hold: four minutes past the deadline at most, so the results still come back.
+            limit = max(60.0, args.deadline + 240 - time.time()) if args.deadline else 1500.0
+            try:
+                done = subprocess.run(cmd, env=next(iter(ready.values())).environment(), timeout=limit)
+            except subprocess.TimeoutExpired:
+                record["bench"] = {"command": cmd, "exit": None, "timeout_s": round(limit)}
+                save()
+                raise
             record["bench"] = {"command": cmd, "exit": done.returncode}
             save()
     finally:

@@ -49,16 +49,15 @@ ERROR_BOUND = 5e-3
 # without spills (docs/verified/turing-attention/sweep.json has every combination).
 MMA_CANDIDATES: dict[tuple[str, int], list[tuple[int, int | None, int | None, int | None]]] = {
     ("prefill", 512): [(4, None, 16, 16), (8, None, 16, 16), (8, None, 16, 32)],
-    ("prefill", 256): [(4, None, 32, 16), (8, None, 32, 16), (4, None, 32, 32), (8, None, 32, 32), (8, None, 16, 32),
-                       (8, None, 32, 64)],
+    ("prefill", 256): [(4, None, 32, 16), (4, None, 32, 32), (8, None, 32, 32), (8, None, 32, 64)],
     ("decode", 512): [(4, None, None, None), (8, None, None, None)],
-    ("decode", 256): [(2, None, None, None), (4, None, None, None), (8, None, None, None)],
+    ("decode", 256): [(4, None, None, None), (8, None, None, None)],
 }
 FMA_CANDIDATES: dict[tuple[str, int], list[tuple[int, int | None, int | None, int | None]]] = {
     ("prefill", 512): [(4, 255, None, None), (8, None, None, None)],
-    ("prefill", 256): [(4, 255, None, None), (8, None, None, None), (8, None, 16, None)],
-    ("decode", 512): [(4, 255, None, None), (8, None, None, None)],
-    ("decode", 256): [(4, 255, None, None), (8, None, None, None)],
+    ("prefill", 256): [(8, None, None, None), (4, None, 16, None)],
+    ("decode", 512): [(8, None, None, None)],
+    ("decode", 256): [(8, None, None, None)],
 }
 
 

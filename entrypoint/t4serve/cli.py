@@ -46,6 +46,7 @@ COMMANDS_PACKAGE = "t4serve.commands"
 # Command name -> module under t4serve.commands. A new command module is added here (a unit test checks that every
 # module of the package is listed once).
 COMMANDS: dict[str, str] = {
+    "attention": "attention",
     "bench": "bench",
     "env": "env",
     "healthcheck": "healthcheck",

@@ -126,6 +126,25 @@ class ClampProof:
 
 
 @dataclass(frozen=True)
+class TuringAttentionProof:
+    """What the image build proved about t4serve's Turing attention (t4serve.turing.proof), as the probe read it from
+    the proof file beside the build manifest."""
+
+    path: str
+    present: bool
+    error: str | None = None
+    vllm_version: str | None = None
+    # The table's launches proven for sm_75, and those on tensor cores (HMMA in their SASS).
+    launches: int = 0
+    tensor_core_launches: int = 0
+    # Padded head sizes and KV caches ("16-bit", "int8") every phase of the table covers.
+    padded_heads: list[int] = field(default_factory=list)
+    kv_caches: list[str] = field(default_factory=list)
+    largest_shared_memory_bytes: int = 0
+    most_spill_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class BuildManifest:
     path: str
     present: bool
@@ -192,6 +211,8 @@ class Facts:
     provenance: str = "probed"
     # The variables of VLLM_ENV_FOR_PLAN set in the environment the server inherits, as found (never a secret).
     vllm_env: dict[str, str] = field(default_factory=dict)
+    # The image's proof of its Turing attention launches (None where not probed: a record made before it existed).
+    turing_attention: TuringAttentionProof | None = None
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=False) + "\n"

@@ -11,7 +11,17 @@ import dataclasses
 from typing import Any
 
 from t4serve.config.aliases import BF16_REPO, QAT_REPO
-from t4serve.facts import BuildManifest, ClampProof, DiskFacts, Facts, GpuDevice, GpuFacts, HostFacts, ModelFacts
+from t4serve.facts import (
+    BuildManifest,
+    ClampProof,
+    DiskFacts,
+    Facts,
+    GpuDevice,
+    GpuFacts,
+    HostFacts,
+    ModelFacts,
+    TuringAttentionProof,
+)
 from t4serve.probes.checkpoint import probe_model
 from t4serve.units import GIB, MIB
 
@@ -75,6 +85,14 @@ MANIFEST = BuildManifest(
 )
 
 
+# What the image's turing-attention stage proves (`t4serve attention prove`: 16 launches, heads 64-512, two caches).
+TURING_PROOF = TuringAttentionProof(
+    path="/etc/t4serve/turing-attention-proof.json", present=True, vllm_version="0.33.0", launches=16,
+    tensor_core_launches=16, padded_heads=[64, 128, 256, 512], kv_caches=["16-bit", "int8"],
+    largest_shared_memory_bytes=65536, most_spill_bytes=0,
+)
+
+
 def model(name: str = QAT_REPO) -> ModelFacts:
     """The aliases' built-in facts (offline, empty HF cache): what a fresh machine plans with."""
     facts = probe_model(name, hf_home="/nonexistent-hf-home", offline=True)
@@ -94,6 +112,7 @@ def t4(**changes: Any) -> Facts:
         manifest=MANIFEST,
         model=model(),
         provenance="constructed from published-t4-run.md (tests/unit/sample_facts.py)",
+        turing_attention=TURING_PROOF,
     )
     return dataclasses.replace(base, **changes)
 

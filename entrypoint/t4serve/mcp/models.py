@@ -218,4 +218,4 @@ class ProfilesOut(BaseModel):
     profiles: list[dict[str, Any]] = Field(
         description="per checkpoint x KV cache dtype x max model length: runnable, reason, kv_tokens, concurrency, "
         "max_num_seqs, gpu_weights_bytes, host_memory_need_bytes, swap_to_add_bytes, decode_ceiling_tokens_per_s, "
-        "command_line (the plan's own figures)")
+        "command_line, attention (the path T4SERVE_ATTENTION resolved to, and why) (the plan's own figures)")

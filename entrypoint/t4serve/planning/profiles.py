@@ -44,6 +44,8 @@ class Profile:
     decode_ceiling_tokens_per_s: float | None
     # The `vllm serve` command line the plan would run (None where it refuses).
     command_line: str | None
+    # The attention path the plan chose (T4SERVE_ATTENTION resolved), with its reason.
+    attention: str = ""
 
 
 def model_lengths(facts: Facts) -> tuple[int, ...]:
@@ -59,7 +61,7 @@ def profile_of(the_plan: Plan, checkpoint: str, kv_cache_dtype: str, length: int
     s = the_plan.sizing
     if s is None:
         return Profile(checkpoint, kv_cache_dtype, length, False, the_plan.sizing_error, None, None, None, None, None,
-                       None, None, None)
+                       None, None, None, attention_of(the_plan))
     ceiling = s.decode_ceiling_tokens_per_s
     return Profile(
         checkpoint=checkpoint,
@@ -75,7 +77,12 @@ def profile_of(the_plan: Plan, checkpoint: str, kv_cache_dtype: str, length: int
         swap_to_add_bytes=int(s.swap_to_add_bytes.value),
         decode_ceiling_tokens_per_s=float(ceiling.value) if ceiling is not None else None,
         command_line=the_plan.command_line(),
+        attention=attention_of(the_plan),
     )
+
+
+def attention_of(the_plan: Plan) -> str:
+    return f"{the_plan.attention.label}: {the_plan.attention.reason}"
 
 
 def profiles(cases: Sequence[tuple[Settings, Facts]]) -> list[Profile]:
@@ -106,7 +113,7 @@ def _figure(value: float | int | None, unit: str = "") -> str:
 def summary(rows: Sequence[Profile], gpu: str) -> str:
     """A table: one line per profile, the refusals' reasons below it."""
     head = (f"{'checkpoint':<12} {'kv dtype':<8} {'max len':>8} {'runs':<4} {'KV tokens':>10} {'concur.':>8} "
-            f"{'seqs':>5} {'weights':>10} {'host need':>10} {'add swap':>9} {'decode tok/s':>12}")
+            f"{'seqs':>5} {'weights':>10} {'host need':>10} {'add swap':>9} {'decode tok/s':>12} {'attention':<10}")
     lines = [f"profiles for {gpu}: every figure is `t4serve plan`'s for that checkpoint, KV cache dtype and length",
              "", head]
     reasons: dict[str, list[str]] = {}
@@ -116,7 +123,8 @@ def summary(rows: Sequence[Profile], gpu: str) -> str:
             f"{name:<12} {r.kv_cache_dtype:<8} {r.max_model_len:>8,} {'yes' if r.runnable else 'no':<4} "
             f"{_figure(r.kv_tokens):>10} {_figure(r.concurrency, 'x'):>8} {_figure(r.max_num_seqs):>5} "
             f"{_figure(r.gpu_weights_bytes, 'B'):>10} {_figure(r.host_memory_need_bytes, 'B'):>10} "
-            f"{_figure(r.swap_to_add_bytes, 'B'):>9} {_figure(r.decode_ceiling_tokens_per_s):>12}")
+            f"{_figure(r.swap_to_add_bytes, 'B'):>9} {_figure(r.decode_ceiling_tokens_per_s):>12} "
+            f"{r.attention.split(':')[0]:<10}")
         if r.reason is not None:
             reasons.setdefault(r.reason, []).append(f"{r.checkpoint} {r.kv_cache_dtype} {r.max_model_len:,}")
     if reasons:

@@ -53,6 +53,7 @@ from t4serve.preflight.host import (
     unreadable_disk,
 )
 from t4serve.preflight.image import (
+    check_attention,
     check_clamp,
     check_manifest,
     check_torch_arch,
@@ -79,6 +80,7 @@ __all__ = [
     "SHM_MIN_FREE",
     "SHM_RECOMMENDED",
     "Finding",
+    "check_attention",
     "check_capability",
     "check_clamp",
     "check_disks",
@@ -126,6 +128,7 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
             findings.append(check_torch_arch(facts.manifest, gpu))
     if gpu is not None:
         findings.append(check_clamp(facts.manifest, plan, gpu))
+        findings.append(check_attention(plan, facts.manifest, facts.turing_attention, facts.model))
     findings += [
         check_shm(facts.host),
         check_host_memory(facts, settings),

@@ -1,10 +1,12 @@
-"""Preflight checks of the image: its build manifest, its torch's CUDA build and arch list, and the Turing clamp."""
+"""Preflight checks of the image: its build manifest, its torch's CUDA build and arch list, the Turing clamp, and the
+proof of the attention path the plan chose."""
 
 from __future__ import annotations
 
-from t4serve.facts import BuildManifest, GpuDevice
+from t4serve.facts import BuildManifest, GpuDevice, ModelFacts, TuringAttentionProof
 from t4serve.gpus import arch_supported
-from t4serve.planning.plan import Plan
+from t4serve.patch.clamp import padded_head_size
+from t4serve.planning.plan import Plan, head_sizes
 from t4serve.preflight.findings import Finding
 
 
@@ -103,3 +105,36 @@ def check_clamp(manifest: BuildManifest, plan: Plan, gpu: GpuDevice) -> Finding:
         )
     proof = f", kernels proven at {max(clamp.shared_memory.values()):,} B max" if clamp.shared_memory else ""
     return Finding("clamp", "ok", f"{needed}; state {clamp.state} for vLLM {clamp.vllm_version}{proof}", required, "")
+
+
+def check_attention(plan: Plan, manifest: BuildManifest, proof: TuringAttentionProof | None,
+                    model: ModelFacts | None) -> Finding:
+    """The attention path the plan chose (T4SERVE_ATTENTION), and for turing-mma the image's proof of its launches:
+    present, for the installed vLLM, covering the model's heads and the KV cache, within a T4's shared memory, no
+    spills."""
+    choice = plan.attention
+    required = "for turing-mma: the image's proof that its launches compile for sm_75 with tensor cores"
+    if choice.path != "turing-mma":
+        return Finding("attention", "ok", f"{choice.label} ({choice.reason})", required, "")
+    fix = ("rebuild the image (its turing-attention stage proves the launches), or set T4SERVE_ATTENTION=triton "
+           "(vLLM's own launch)")
+    if proof is None:
+        # A record made before t4serve probed the proof (`probe --json` of an older t4serve, a constructed file).
+        return Finding("attention", "warn", "turing-mma; this record holds no Turing attention proof (recorded before "
+                       "t4serve probed it)", required, "record the machine again in the image: t4serve probe --json")
+    if not proof.present:
+        return Finding("attention", "fail", f"turing-mma; {proof.error}", required, fix)
+    if manifest.vllm_version and proof.vllm_version != manifest.vllm_version:
+        return Finding("attention", "fail", f"turing-mma; proven for vLLM {proof.vllm_version} but vLLM "
+                       f"{manifest.vllm_version} is installed", required, fix)
+    heads = sorted({padded_head_size(h) for h in head_sizes(model)})
+    kv = "int8" if plan.kv_cache_dtype.startswith("int8") else "16-bit"
+    missing = [h for h in heads if h not in proof.padded_heads]
+    if missing or kv not in proof.kv_caches:
+        return Finding("attention", "fail", f"turing-mma; the proof covers heads {proof.padded_heads} with "
+                       f"{proof.kv_caches} caches, not heads {heads} with a {kv} cache", required, fix)
+    return Finding(
+        "attention", "ok",
+        f"turing-mma ({choice.reason}); the image proved {proof.launches} launches for sm_75, "
+        f"{proof.tensor_core_launches} on tensor cores, within {proof.largest_shared_memory_bytes:,} B of shared "
+        f"memory, {proof.most_spill_bytes} B of spills at most", required, "")

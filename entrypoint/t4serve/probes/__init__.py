@@ -11,17 +11,26 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from t4serve import __version__
-from t4serve.facts import FACTS_SCHEMA, VLLM_ENV_FOR_PLAN, BuildManifest, Facts, GpuFacts, HostFacts, ModelFacts
+from t4serve.facts import (
+    FACTS_SCHEMA,
+    VLLM_ENV_FOR_PLAN,
+    BuildManifest,
+    Facts,
+    GpuFacts,
+    HostFacts,
+    ModelFacts,
+    TuringAttentionProof,
+)
 from t4serve.probes.gpu import Nvml, probe_gpu
 from t4serve.probes.host import probe_host
-from t4serve.probes.manifest import probe_manifest
+from t4serve.probes.manifest import probe_manifest, probe_turing_proof
 
-__all__ = ["collect_facts", "probe_gpu", "probe_host", "probe_manifest", "recorded_now"]
+__all__ = ["collect_facts", "probe_gpu", "probe_host", "probe_manifest", "probe_turing_proof", "recorded_now"]
 
 
 def recorded_now(
     *, gpu: GpuFacts, host: HostFacts, manifest: BuildManifest, model: ModelFacts | None, provenance: str,
-    vllm_env: Mapping[str, str] | None = None,
+    vllm_env: Mapping[str, str] | None = None, turing_attention: TuringAttentionProof | None = None,
 ) -> Facts:
     """A Facts record of this machine, now: the schema, t4serve's version, the time and the host name stamped."""
     return Facts(
@@ -35,6 +44,7 @@ def recorded_now(
         model=model,
         provenance=provenance,
         vllm_env=dict(vllm_env or {}),
+        turing_attention=turing_attention,
     )
 
 
@@ -67,4 +77,5 @@ def collect_facts(
         model=model,
         provenance="probed",
         vllm_env={name: environ[name] for name in VLLM_ENV_FOR_PLAN if name in environ},
+        turing_attention=probe_turing_proof(manifest_path),
     )

@@ -36,7 +36,9 @@
 #              code within a T4's registers), then tests/gpu/turing_served.py with the launches it chose (triton and
 #              turing-mma served side by side sized as a T4: TTFT, greedy tokens, the profiler's attention share,
 #              the bench's 4,096-token cells); T4SERVE_GPU_DEADLINE (epoch seconds) ends the served part in time
-#   turing-kernels, turing-served   one of the two (turing-served with the package's own launch table)
+#   turing-kernels, turing-served   one of the two (turing-served with the package's own launch table, or the
+#              kernel step's choice.json where T4SERVE_GPU_TURING_CHOICE names it; tests/gpu/turing-host.sh runs
+#              the kernel step without the stack, on the host's own torch)
 set -euo pipefail
 parts=${1:?usage: gpu-host.sh PARTS STEP OUT}; step=${2:?step}; out=${3:?out}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -106,6 +108,9 @@ case $step in
         --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
   # shellcheck disable=SC2086
   turing-kernels) python3 tests/gpu/turing_kernels.py "$out/kernels" ${T4SERVE_GPU_TURING_ARGS:-} ;;
-  turing-served) python3 tests/gpu/turing_served.py "$out/served" "$work" --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
+  turing-served) launches=(); choice=${T4SERVE_GPU_TURING_CHOICE:-}
+      [ -n "$choice" ] && [ -f "$choice" ] && launches=(--launches "$choice")
+      python3 tests/gpu/turing_served.py "$out/served" "$work" "${launches[@]}" \
+        --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -70,9 +70,9 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
 
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Obj]]:
-    """The pool over each cloud overlay, and GKE's variant over GKE's two."""
+    """The pool over every overlay, and GKE's variant over GKE's two."""
     renders = {}
-    for overlay in ("gke-t4", "gke-autopilot", "eks-g4dn", "aks-t4", "pinned-digest"):
+    for overlay in sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir()):
         renders[overlay] = render_combination(overlay, ("inference-pool",), tmp_path_factory.mktemp("pool"))
     for overlay in ("gke-t4", "gke-autopilot"):
         renders[f"{overlay}-gke"] = render_combination(overlay, ("inference-pool-gke",), tmp_path_factory.mktemp("gke"))

@@ -41,6 +41,10 @@ Behaviour, from the environment:
                                      (InductorError: OutOfMemoryError after "Model loading took"), exit 1
     T4SERVE_STANDIN_MODEL_GIB, T4SERVE_STANDIN_MODEL_LOAD_S, T4SERVE_STANDIN_WEIGHTS_LOAD_S, T4SERVE_STANDIN_KV_TOKENS
                                      the figures logged (defaults: published-t4-run.md's bf16; QAT for a "qat" model)
+    T4SERVE_STANDIN_NUM_GPU_BLOCKS   vllm:cache_config_info's num_gpu_blocks   (the KV tokens / the block size)
+/metrics serves vLLM's names and types for the queue, the running requests, KV use, tokens, requests, preemptions,
+three request histograms and vllm:cache_config_info (the KV cache's configuration in its labels, block_size from
+--block-size), in Prometheus' text format.
 Prompt and completion tokens are counted as Hugging Face's Whitespace pre-tokenizer splits text (`\\w+|[^\\w\\s]+`),
 which equals the true count for the word-level tokenizer the bench test builds.
 """
@@ -112,6 +116,12 @@ class Options:
     api_keys: list[str] = field(default_factory=list)
     # --middleware import paths, in the order given.
     middleware: list[str] = field(default_factory=list)
+    # The KV cache flags vllm:cache_config_info reports (CacheConfig's fields); None: vLLM's default for the field.
+    block_size: int | None = None
+    gpu_memory_utilization: float = 0.92
+    kv_cache_dtype: str = "auto"
+    kv_cache_memory_bytes: int | None = None
+    enable_prefix_caching: bool = True
     non_default: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -237,6 +247,14 @@ def parse_serve_args(argv: list[str]) -> Options:
     # vllm/entrypoints/serve/middleware/register.py: `args.api_key or [envs.VLLM_API_KEY]`, empty keys dropped.
     opts.api_keys = [k for k in values.pop("api-key", None) or [os.environ.get("VLLM_API_KEY", "")] if k]
     opts.middleware = values.pop("middleware", [])
+    # Read, not taken: vLLM logs them among its non-default args.
+    size = values.get("block-size", [None])[-1]
+    opts.block_size = int(size) if size is not None else None
+    opts.gpu_memory_utilization = float(values.get("gpu-memory-utilization", [opts.gpu_memory_utilization])[-1])
+    opts.kv_cache_dtype = values.get("kv-cache-dtype", [opts.kv_cache_dtype])[-1]
+    memory = values.get("kv-cache-memory-bytes", [None])[-1]
+    opts.kv_cache_memory_bytes = int(memory) if memory is not None else None
+    opts.enable_prefix_caching = "no-enable-prefix-caching" not in values
     opts.non_default = {k: v[-1] for k, v in values.items()}
     return opts
 
@@ -260,6 +278,45 @@ def exec_real_vllm(argv: list[str]) -> None:
         )
         sys.exit(2)
     os.execv(after[0], [after[0], *argv])
+
+
+# vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, the block size of the CUDA attention backends when --block-size is not given.
+DEFAULT_BLOCK_SIZE = 16
+
+
+def cache_config_info(opts: Options, figures: Figures) -> dict[str, str]:
+    """The labels of vllm:cache_config_info, as vLLM 0.33's API server sets them once the engine is up: every field of
+    its CacheConfig (vllm/config/cache.py, in their order, `metrics_info()`: `{key: str(value) for key, value in
+    self.__dict__.items()}`) and `engine` (vllm/v1/metrics/loggers.py, `log_metrics_info`), with the values the engine's
+    ready response syncs back (vllm/v1/engine/core_client.py, `_apply_ready_response`: block_size, num_gpu_blocks,
+    kv_cache_size_tokens, kv_cache_max_concurrency, effective_attention_block_size) and the flags' values otherwise.
+    num_gpu_blocks is the KV tokens over the block size (T4SERVE_STANDIN_NUM_GPU_BLOCKS overrides it): true of a model
+    with one KV group; Gemma 4's groups share their blocks, so vLLM reports fewer."""
+    block = opts.block_size or DEFAULT_BLOCK_SIZE
+    blocks = int(env_float("T4SERVE_STANDIN_NUM_GPU_BLOCKS", figures.kv_tokens // block))
+    fields: dict[str, Any] = {
+        "block_size": block, "user_specified_block_size": opts.block_size is not None, "kv_cache_layout": None,
+        "prefix_match_unit": None, "gpu_memory_utilization": opts.gpu_memory_utilization,
+        "cache_dtype": opts.kv_cache_dtype, "is_attention_free": False, "num_gpu_blocks_override": None,
+        "sliding_window": None, "enable_prefix_caching": opts.enable_prefix_caching,
+        "prefix_caching_hash_algo": "sha256", "prefix_cache_retention_interval": 0, "kv_cache_dtype_skip_layers": [],
+        "mamba_page_size_padded": None, "skip_page_size_padded": None, "mamba_block_size": None,
+        "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "mamba_cache_mode": "none",
+        "enable_mamba_shared_prefix_checkpoint": False, "replayssm_buffer_len": 16, "use_replayssm": False,
+        "use_kda_recoverssm": False, "num_gpu_blocks": blocks, "num_cpu_blocks": None,
+        "simple_cpu_offload_num_blocks": None, "effective_attention_block_size": block,
+        "kv_cache_size_tokens": figures.kv_tokens, "kv_cache_max_concurrency": figures.kv_tokens / opts.max_model_len,
+        "hash_block_size": None, "cache_hit_alignment_tokens": None, "kv_sharing_fast_prefill": False,
+        "swa_bounded_replay": True, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes, "kv_offloading_size": None,
+        "kv_offloading_backend": "native", "_block_size_resolved": True,
+    }  # fmt: skip
+    return {**{key: str(value) for key, value in fields.items()}, "engine": "0"}
+
+
+def label_text(labels: dict[str, str]) -> str:
+    """Prometheus' text format for a label set: `name="value"`, backslash, double quote and newline escaped."""
+    escape = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+    return ",".join(f'{k}="{"".join(escape.get(c, c) for c in v)}"' for k, v in labels.items())
 
 
 # ------------------------------------------------------------------------------------------------------------- engine
@@ -291,6 +348,7 @@ class Engine:
             name: [0.0, 0] for name in ("request_queue_time_seconds", "request_prefill_time_seconds",
                                         "request_decode_time_seconds")
         }
+        self.cache_info = cache_config_info(opts, figures_for(opts.model))
         self.token_delay = env_float("T4SERVE_STANDIN_TOKEN_DELAY", 0.0)
         self.prefill_delay = env_float("T4SERVE_STANDIN_PREFILL_DELAY", 0.0)
         self.garbage_text = "<pad>" if os.environ.get("T4SERVE_STANDIN_GARBAGE", "empty") == "pad" else ""
@@ -523,6 +581,10 @@ class Handler(BaseHTTPRequestHandler):
                 "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
                 "# TYPE vllm:num_preemptions_total counter",
                 f"vllm:num_preemptions_total{{{label}}} 0.0",
+                # An info metric as vLLM emulates one: a gauge set to 1, the configuration in its labels.
+                "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                "# TYPE vllm:cache_config_info gauge",
+                f"vllm:cache_config_info{{{label_text(engine.cache_info)}}} 1.0",
             ]
             for name, (total, count) in engine.histograms.items():
                 lines += [f"# TYPE vllm:{name} histogram",

@@ -23,6 +23,8 @@ DOCS = REPO / "docs" / "kubernetes.md"
 _RECIPE = re.compile(r"<!-- recipe: (\S+) -->\n```yaml\n(.*?)```", re.S)
 
 Obj = dict[str, Any]
+# The name of t4serve's own objects (Deployment, Service, NetworkPolicy...).
+T4SERVE = "t4serve"
 
 
 def renderer() -> list[str]:
@@ -70,10 +72,15 @@ def render_recipe(files: dict[str, str], folder: Path) -> list[Obj]:
     return render(folder / Path(top).parent)
 
 
-def one(objs: list[Obj], kind: str) -> Obj:
-    found = [o for o in objs if o["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+def one(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"].get("name"))]
+    assert len(found) == 1, f"expected one {kind}{f' named {name}' if name else ''}, found {len(found)}"
     return found[0]
+
+
+def deployment(objs: list[Obj]) -> Obj:
+    """t4serve's Deployment (a render may hold another: components/inference-pool's endpoint picker)."""
+    return one(objs, "Deployment", T4SERVE)
 
 
 def kinds(objs: list[Obj]) -> list[str]:
@@ -81,7 +88,7 @@ def kinds(objs: list[Obj]) -> list[str]:
 
 
 def pod_spec(objs: list[Obj]) -> Obj:
-    spec: Obj = one(objs, "Deployment")["spec"]["template"]["spec"]
+    spec: Obj = deployment(objs)["spec"]["template"]["spec"]
     return spec
 
 
@@ -149,12 +156,16 @@ COMMON_SETS: tuple[tuple[str, ...], ...] = (
     ("monitoring", "keda", "keda-scale-to-zero"),
     ("gateway",),
     ("ingress",),
+    ("inference-pool",),
+    ("monitoring", "keda", "inference-pool"),
 )
 CLOUD_SETS: dict[str, tuple[tuple[str, ...], ...]] = {
     "gke-t4": (("monitoring-gmp",), ("gateway-gke",),
-               ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke")),
+               ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke"), ("inference-pool-gke",),
+               ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "inference-pool-gke")),
     "gke-autopilot": (("monitoring-gmp",), ("gateway-gke",),
-                      ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke")),
+                      ("namespace", "monitoring-gmp", "keda", "keda-scale-to-zero", "gateway-gke"),
+                      ("inference-pool-gke",), ("monitoring-gmp", "inference-pool-gke")),
     "eks-g4dn": (("nvidia-device-plugin",),
                  ("namespace", "nvidia-device-plugin", "monitoring", "keda", "keda-scale-to-zero", "ingress")),
     "aks-t4": (("nvidia-device-plugin",),

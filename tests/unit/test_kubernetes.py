@@ -25,9 +25,11 @@ import pytest
 import yaml
 from k8s_manifests import (
     DEPLOY,
+    T4SERVE,
     TARGETS,
     Obj,
     container,
+    deployment,
     documented_recipes,
     kinds,
     one,
@@ -68,6 +70,7 @@ CRD_SCHEMAS = {
     ("monitoring.googleapis.com/v1", "Rules"): "monitoring.googleapis.com_rules_v1.json",
     ("networking.gke.io/v1", "HealthCheckPolicy"): "networking.gke.io_healthcheckpolicy_v1.json",
     ("networking.gke.io/v1", "GCPBackendPolicy"): "networking.gke.io_gcpbackendpolicy_v1.json",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "inference.networking.k8s.io_inferencepool_v1.json",
 }
 # Kinds that live outside any namespace; every other kind rendered here must carry one.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PersistentVolume",
@@ -165,10 +168,10 @@ def test_every_rendered_object_validates_offline(rendered: dict[str, list[Obj]],
 
 def test_the_validators_reject_broken_objects(rendered: dict[str, list[Obj]]) -> None:
     objs = copy.deepcopy(rendered["overlays/autoscaling"])
-    deployment, scaled, monitor = one(objs, "Deployment"), one(objs, "ScaledObject"), one(objs, "PodMonitor")
-    typo = copy.deepcopy(deployment)
+    server, scaled, monitor = deployment(objs), one(objs, "ScaledObject"), one(objs, "PodMonitor")
+    typo = copy.deepcopy(server)
     typo["spec"]["template"]["spec"]["enableServiceLink"] = False
-    wrong_type = copy.deepcopy(deployment)
+    wrong_type = copy.deepcopy(server)
     wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8000"
     int_threshold = copy.deepcopy(scaled)
     int_threshold["spec"]["triggers"][0]["metadata"]["threshold"] = 4
@@ -266,7 +269,7 @@ def test_rwx_claims_name_their_class(rendered: dict[str, list[Obj]], recipes: di
 def namespace_problems(objs: list[Obj]) -> list[str]:
     """Every namespaced object has a namespace, all the same one (the Deployment's) but the device plugin's (in
     kube-system), and the KEDA query counts the queue of that namespace."""
-    namespace = one(objs, "Deployment")["metadata"].get("namespace")
+    namespace = deployment(objs)["metadata"].get("namespace")
     problems = [] if namespace else ["Deployment: no namespace"]
     for obj in objs:
         where = f"{obj['kind']}/{obj['metadata'].get('name')}"
@@ -279,6 +282,11 @@ def namespace_problems(objs: list[Obj]) -> list[str]:
         elif obj["metadata"].get("namespace") != namespace:
             got = obj["metadata"].get("namespace")
             problems.append(f"{where}: namespace {got!r}, the Deployment's is {namespace!r}")
+        if obj["kind"] == "RoleBinding":
+            for subject in obj.get("subjects", []):
+                if subject["kind"] == "ServiceAccount" and subject.get("namespace") != namespace:
+                    problems.append(f"{where}: binds ServiceAccount {subject['name']} of namespace "
+                                    f"{subject.get('namespace')!r}, its own is {namespace!r}")  # fmt: skip
         if obj["kind"] == "ScaledObject":
             for trigger in obj["spec"]["triggers"]:
                 if trigger["type"] != "prometheus":
@@ -359,15 +367,19 @@ def network_problems(objs: list[Obj]) -> list[str]:
     policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
     if not policies:
         return ["network: no NetworkPolicy selects the pods"]
-    pod = one(objs, "Deployment")["spec"]["template"]
+    pod = deployment(objs)["spec"]["template"]
     ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
-    namespace = one(objs, "Deployment")["metadata"]["namespace"]
+    namespace = deployment(objs)["metadata"]["namespace"]
     problems = []
+    # Each policy selects a workload's pods by label, t4serve's or another of the render (components/inference-pool's
+    # endpoint picker), never the whole namespace.
+    workloads = [o["spec"]["template"]["metadata"]["labels"] for o in objs if o["kind"] == "Deployment"]
     for policy in policies:
         selector = policy["spec"]["podSelector"]
-        if not _selects(selector, pod["metadata"]["labels"]) or selector == {}:
+        if selector == {} or not any(_selects(selector, labels) for labels in workloads):
             name = policy["metadata"]["name"]
-            problems.append(f"network: NetworkPolicy {name} must select the t4serve pods by label")
+            problems.append(f"network: NetworkPolicy {name} must select the t4serve pods (or another workload's) "
+                            "by label")  # fmt: skip
     selecting = [p for p in policies if _selects(p["spec"]["podSelector"], pod["metadata"]["labels"])]
 
     def reaches(src: str, port: int) -> bool:
@@ -538,21 +550,21 @@ def deployment_problems(objs: list[Obj]) -> list[str]:
     if ports.get("http") != settings.port or ports.get("telemetry") != settings.telemetry_port:
         problems.append(f"ports: {ports} differ from T4SERVE_PORT {settings.port} / T4SERVE_TELEMETRY_PORT "
                         f"{settings.telemetry_port}")  # fmt: skip
-    labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    labels = deployment(objs)["spec"]["template"]["metadata"]["labels"]
     for kind in ("Service", "PodDisruptionBudget"):
-        obj = one(objs, kind)
+        obj = one(objs, kind, T4SERVE)
         selector = obj["spec"]["selector"] if kind == "Service" else obj["spec"]["selector"]["matchLabels"]
         if not selector or any(labels.get(k) != v for k, v in selector.items()):
             problems.append(f"{kind}: selector {selector} does not select the pods {labels}")
-    for port in one(objs, "Service")["spec"]["ports"]:
+    for port in one(objs, "Service", T4SERVE)["spec"]["ports"]:
         if port["targetPort"] not in ports and port["targetPort"] not in ports.values():
             problems.append(f"Service: targetPort {port['targetPort']} is not a container port")
     if not any(t.get("topologyKey") == "kubernetes.io/hostname" for t in spec.get("topologySpreadConstraints", [])):
         problems.append("topology: no spread over nodes (kubernetes.io/hostname)")
 
     # Rollout: one pod's whole turn (the old pod's grace, the image pull, the startup budget) within the deadline.
-    deployment = one(objs, "Deployment")["spec"]
-    deadline = int(deployment.get("progressDeadlineSeconds", 600))
+    rollout = deployment(objs)["spec"]
+    deadline = int(rollout.get("progressDeadlineSeconds", 600))
     turn = grace + IMAGE_PULL_S + (probe_budget_s(startup) if startup else 0)
     if deadline <= max(turn, worst):
         problems.append(f"rollout: progressDeadlineSeconds {deadline} <= grace {grace} + image pull {IMAGE_PULL_S:.0f}"
@@ -688,7 +700,7 @@ def _configmap(key: str, value: str) -> Mutation:
 
 def _deployment(key: str, value: Any) -> Mutation:
     def mutate(objs: list[Obj]) -> None:
-        spec = one(objs, "Deployment")["spec"]
+        spec = deployment(objs)["spec"]
         if value is None:
             del spec[key]
         else:
@@ -848,19 +860,19 @@ def test_autoscaling_targets_the_deployment_and_scales_down_slower_than_a_start(
     worst = worst_start_s(settings_of(rendered["base"]))
     for target in ("overlays/autoscaling", "overlays/autoscaling-hpa"):
         objs = rendered[target]
-        deployment = one(objs, "Deployment")
-        assert "replicas" not in deployment["spec"], f"{target}: replicas would fight the autoscaler"
+        server = deployment(objs)
+        assert "replicas" not in server["spec"], f"{target}: replicas would fight the autoscaler"
         # Replicas on several nodes need the shared cache.
         assert one(objs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
         if "ScaledObject" in kinds(objs):
             spec = one(objs, "ScaledObject")["spec"]
-            assert spec["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+            assert spec["scaleTargetRef"]["name"] == server["metadata"]["name"]
             behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
             assert spec["maxReplicaCount"] > spec["minReplicaCount"] >= 1
         else:
             spec = one(objs, "HorizontalPodAutoscaler")["spec"]
             assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                              "name": deployment["metadata"]["name"]}  # fmt: skip
+                                              "name": server["metadata"]["name"]}  # fmt: skip
             behavior = spec["behavior"]
         down = behavior["scaleDown"]["stabilizationWindowSeconds"]
         up = behavior["scaleUp"]["stabilizationWindowSeconds"]

@@ -18,6 +18,7 @@ from k8s_manifests import (
     Obj,
     combinations,
     container,
+    deployment,
     kinds,
     one,
     pod_spec,
@@ -192,7 +193,7 @@ def test_autoscaling_brings_the_shared_cache_with_it(tmp_path: Path) -> None:
         objs = render_combination("gke-t4", ("monitoring", autoscaler), tmp_path / str(i))
         claim = one(objs, "PersistentVolumeClaim")["spec"]
         assert claim["accessModes"] == ["ReadWriteMany"] and claim["storageClassName"] == "standard-rwx"
-        assert one(objs, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+        assert deployment(objs)["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
 # --------------------------------------------------------------------------------------------------- the namespace
@@ -262,7 +263,7 @@ def test_gmp_scrapes_both_ports_with_the_same_alerts(combos: dict[str, list[Obj]
     assert {e["port"] for e in endpoints} == set(ports) == {"http", "telemetry"}
     operator = yaml.safe_load((COMPONENTS / "monitoring" / "prometheusrule.yaml").read_text())
     assert one(objs, "Rules")["spec"]["groups"] == operator["spec"]["groups"]
-    pod = one(objs, "Deployment")["spec"]["template"]
+    pod = deployment(objs)["spec"]["template"]
     policy = one(objs, "NetworkPolicy")
     for port in ports.values():
         assert admits(policy, pod, ports, "gmp-system", {"app": "collector"}, port)

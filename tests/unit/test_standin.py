@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from picker_scrape import PICKER, families, picker_problems
 
 STANDIN = Path(__file__).resolve().parents[1] / "standin" / "vllm_standin.py"
 MODEL = "google/gemma-4-E2B-it"
@@ -200,6 +201,27 @@ def test_middleware_that_cannot_be_imported_ends_the_start(start: Any) -> None:
 def test_no_key_means_no_authentication(start: Any) -> None:
     s = start("--served-model-name", "gemma", env={"VLLM_API_KEY": ""})
     assert s.request("GET", "/v1/models")[0] == 200
+
+
+@pytest.mark.parametrize(("extra", "block"), [(("--block-size", "16"), 16), (("--block-size", "32"), 32), ((), 16)])
+def test_what_the_endpoint_picker_scrapes_passes_the_key_guard(start: Any, extra: tuple[str, ...], block: int) -> None:
+    """llm-d-router's endpoint picker asks each pod for /metrics without a key (tests/unit/picker_scrape.py): behind
+    t4serve's guard with a key set, the stand-in answers it with vLLM's queue, running, KV-use and cache-info families,
+    the block size it was given (vLLM's 16 when none) in cache_config_info's labels, while the API stays guarded."""
+    s = start("--served-model-name", "gemma", "--middleware", "t4serve.apiguard.ApiKeyGuard", "--max-model-len", "8192",
+              *extra, env={"VLLM_API_KEY": "sk-standin"})  # fmt: skip
+    assert s.request("GET", "/v1/models")[0] == 401
+    status, text = s.request("GET", PICKER["scrape"]["path"])
+    assert status == 200
+    assert picker_problems(text, block) == []
+    info = families(text)[PICKER["vllm"]["cacheInfoSpec"]].samples[0]
+    assert info.value == 1.0 and info.labels["kv_cache_size_tokens"] == "315974" and info.labels["engine"] == "0"
+    # The checks see what would fail the picker: another block size, an untyped family, a family it reads missing.
+    assert picker_problems(text, 64) and picker_problems(text.replace("# TYPE vllm:num_requests_waiting gauge\n", ""),
+                                                         block)  # fmt: skip
+    assert picker_problems("\n".join(line for line in text.splitlines() if "cache_config_info" not in line), block)
+    doubled = text + "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+    assert any("second TYPE" in p for p in picker_problems(doubled, block))
 
 
 def test_qat_checkpoint_logs_its_own_figures(start: Any) -> None:

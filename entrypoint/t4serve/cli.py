@@ -72,6 +72,9 @@ INTERNAL_COMMANDS: dict[str, str] = {
 
 # The group's own options; any other option first means `serve` (the server-flags rule above).
 GROUP_OPTIONS = ("-h", "--help", "--version")
+# Commands run without the check of T4SERVE_* names: the healthcheck answers Docker, which reads only 0 and 1, and runs
+# in a container whose `serve` made that check already.
+UNCHECKED_COMMANDS = ("healthcheck",)
 
 
 def is_command(name: str) -> bool:
@@ -171,6 +174,18 @@ def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> Config
     )
 
 
+def check_variable_names(args: Sequence[str]) -> None:
+    """Refuse a T4SERVE_* variable t4serve does not know (a typo would otherwise be ignored), for every command but
+    those in UNCHECKED_COMMANDS and the internal ones, and not while only help is asked for."""
+    if not args or args[0] not in COMMANDS or args[0] in UNCHECKED_COMMANDS or "-h" in args or "--help" in args:
+        return
+    from t4serve.config.names import unknown_variables
+
+    problem = unknown_variables(os.environ)
+    if problem is not None:
+        raise problem
+
+
 def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
     """`serve`'s T4SERVE_ON_CONFIG_ERROR (its flag first) says `wait`; a value that does not parse means `exit` (its
     own error is among those printed)."""
@@ -222,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = ["serve", *args]
         elif args and not args[0].startswith("-") and not is_command(args[0]):
             exec_program(args)
+        check_variable_names(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
         return _failed(exc, args)

@@ -12,6 +12,10 @@ arguments, so `docker run IMAGE echo hi` prints hi and `docker run -it IMAGE bas
 convention, checked by its `override-cmd` test). A name that is neither a command nor a program on PATH is the usage
 error click gave before, exit 2.
 
+The model rule: a first argument that is no command and no program but a model T4SERVE_MODEL would take (`qat`,
+`org/name`, a directory holding config.json) is `t4serve serve MODEL ...`, so `docker run IMAGE google/gemma-4-E2B-it`
+serves it as `vllm serve MODEL` and vLLM's image would; anything else that is none of the three says what each needs.
+
 The server-flags rule: an argument list that starts with an option other than the group's own (`--help`, `-h`,
 `--version`) is `t4serve serve` with those options, so `docker run IMAGE --max-model-len 4096` works as it does with
 vLLM's and TGI's images (t4serve's serve options carry vLLM's flag names). An option `serve` does not know is a usage
@@ -113,6 +117,19 @@ def cli() -> None:
     """
 
 
+def model_problem(arg: str) -> str | None:
+    """Why `arg` is no model `serve` can take (T4SERVE_MODEL's own parser: an alias, an HF repo id, a directory
+    holding config.json), or None when it is one."""
+    from t4serve.config.settings import VARIABLES_BY_NAME
+    from t4serve.config.variables import Context, Invalid
+
+    try:
+        VARIABLES_BY_NAME["T4SERVE_MODEL"].parse(arg, Context(dict(os.environ), Path.cwd()))
+    except Invalid as exc:
+        return exc.reason
+    return None
+
+
 def exec_program(args: Sequence[str]) -> None:
     """Replace this process with the program `args[0]` names (the entrypoint rule); returns only by raising.
 
@@ -126,9 +143,11 @@ def exec_program(args: Sequence[str]) -> None:
         hint = f" (did you mean `t4serve {close[0]}`?)" if close else ""
         raise ConfigError(
             f"No such command {name!r}{hint}",
-            found=f"{name!r} is neither a t4serve command nor a program on PATH",
-            required=f"a t4serve command ({commands}) or a program to run",
-            fix="`t4serve --help` lists the commands; give a program by its path or put it on PATH",
+            found=f"{name!r} is neither a t4serve command, nor a program on PATH, nor a model: it "
+            f"{model_problem(name)}",
+            required=f"a t4serve command ({commands}), a program to run, or a model (`serve --model MODEL`)",
+            fix="`t4serve --help` lists the commands; give a program by its path or put it on PATH; a model: "
+            "`--model MODEL` (after the image name: `docker run ... IMAGE --model google/gemma-4-E2B-it`)",
         )
     sys.stdout.flush()
     sys.stderr.flush()
@@ -236,7 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0].startswith("-") and args[0] not in GROUP_OPTIONS:
             args = ["serve", *args]
         elif args and not args[0].startswith("-") and not is_command(args[0]):
-            exec_program(args)
+            if shutil.which(args[0]) is None and model_problem(args[0]) is None:
+                args = ["serve", *args]  # the model rule: `docker run IMAGE MODEL [FLAGS]`, as vLLM's image takes it
+            else:
+                exec_program(args)
         check_variable_names(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:

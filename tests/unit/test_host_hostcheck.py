@@ -156,3 +156,54 @@ def test_docker_disk_says_when_the_checkpoint_size_is_unknown(engine: FakeEngine
     facts = host_facts(s, {}, engine, info=engine.info(), image=None, nvml=FakeNvml([FakeDevice()]))
     finding = check_docker_disk(facts, None, s)
     assert "org/not-local into the hf-cache volume; its size is unknown" in finding.required
+
+
+def test_without_a_docker_engine_the_checks_that_need_none_are_still_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`host-check` on a host whose engine is down (issue 45: it said only "Cannot connect to the Docker daemon", 0
+    ok): the real docker client path, with a stand-in for a docker client that finds no engine; NVML is this
+    machine's (no GPU)."""
+    client = tmp_path / "docker"
+    client.write_text(
+        "#!/bin/sh\n# Stands for the docker client on a host whose engine is not running.\n"
+        "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?' >&2\n"
+        "exit 1\n"
+    )
+    client.chmod(0o755)
+    shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
+    monkeypatch.setenv("DOCKER", str(client))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    code = cli.main(["host-check", "--json", "--compose-file", str(tmp_path / "compose.yaml")])
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert code == 3
+    docker = findings["docker"]
+    assert docker["level"] == "fail" and "Cannot connect to the Docker daemon" in docker["found"]
+    assert "start the Docker engine" in findings["docker"]["fix"]
+    assert {"host-gpu", "container-toolkit", "host-memory", "shm"} <= set(findings)
+    assert "not installed on this host" in findings["host-gpu"]["found"] or findings["host-gpu"]["level"] == "ok"
+    assert "container" not in findings["host-gpu"]["found"], "on the host no container is involved"
+    assert findings["shm"]["level"] == "ok"
+    assert "docker-disk" not in findings, "Docker's data root is known only to the engine"
+
+
+def test_the_toolkit_without_an_engine() -> None:
+    missing = check_toolkit(None, lambda name: None)
+    assert missing.level == "fail" and "no Docker engine to ask" in missing.found
+    installed = check_toolkit(None, lambda name: "/usr/bin/nvidia-ctk" if name == "nvidia-ctk" else None)
+    assert installed.level == "warn" and "needs the engine" in installed.found
+
+
+def test_host_check_help_is_short_and_takes_the_model(
+    engine: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: its --help was 180 lines of every serve setting; the host check needs only the model."""
+    assert cli.main(["host-check", "--help"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) <= 30
+    shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
+    monkeypatch.setattr("t4serve.host.docker.engine_from_environ", lambda environ, **kw: _with_file(engine, kw))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cli.main(["host-check", "--json", "--model", "bf16", "--compose-file", str(tmp_path / "compose.yaml")])
+    disk = next(f for f in json.loads(capsys.readouterr().out) if f["check"] == "docker-disk")
+    assert "google/gemma-4-E2B-it into the hf-cache volume" in disk["required"]

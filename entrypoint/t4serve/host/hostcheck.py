@@ -83,7 +83,7 @@ def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
 
 def host_gpu(environ: Mapping[str, str], nvml: Nvml | None = None) -> GpuFacts:
     """NVML on the host: the driver and every GPU it sees (NVIDIA_VISIBLE_DEVICES does not apply here)."""
-    return probe_gpu({k: v for k, v in environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES",)}, nvml)
+    return probe_gpu({k: v for k, v in environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES",)}, nvml, on_host=True)
 
 
 def host_facts(
@@ -91,17 +91,17 @@ def host_facts(
     environ: Mapping[str, str],
     engine: Engine,
     *,
-    info: EngineInfo,
+    info: EngineInfo | None,
     image: ImageInfo | None,
     manifest: BuildManifest | None = None,
     nvml: Nvml | None = None,
     proc_root: str = "/proc",
     sys_root: str = "/sys",
 ) -> Facts:
-    """Facts as the host sees them: its GPU and memory, Docker's data root as the one disk, the image's manifest."""
-    host = probe_host(
-        disk_paths={"docker_data_root": info.data_root}, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=()
-    )
+    """Facts as the host sees them: its GPU and memory, Docker's data root as the one disk (none without an engine,
+    `info` None, which alone knows where that is), the image's manifest."""
+    disks = {"docker_data_root": info.data_root} if info is not None else {}
+    host = probe_host(disk_paths=disks, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=())
     return recorded_now(
         gpu=host_gpu(environ, nvml),
         host=host,
@@ -152,9 +152,22 @@ def check_gpu_driver(gpu: GpuFacts) -> Finding:
     return Finding("host-gpu", "ok", f"driver {gpu.driver_version}; {names}", required, "")
 
 
-def check_toolkit(info: EngineInfo, which: Callable[[str], str | None] = shutil.which) -> Finding:
+def check_toolkit(info: EngineInfo | None, which: Callable[[str], str | None] = shutil.which) -> Finding:
+    """The nvidia runtime in Docker's runtimes; without an engine (`info` None) only whether the toolkit's programs are
+    installed can be told."""
     required = "the NVIDIA Container Toolkit, configured as a Docker runtime (or CDI specs for the engine)"
     ctk = which("nvidia-ctk") or which("nvidia-container-runtime")
+    if info is None:
+        if ctk:
+            return Finding(
+                "container-toolkit",
+                "warn",
+                f"{ctk} is installed; whether Docker has the nvidia runtime needs the engine, which did not answer",
+                required,
+                "start the Docker engine, then run host-check again",
+            )
+        return Finding("container-toolkit", "fail", "no nvidia-ctk on PATH (and no Docker engine to ask)", required,
+                       TOOLKIT_FIX)  # fmt: skip
     if "nvidia" in info.runtimes:
         default = " (the default runtime)" if info.default_runtime == "nvidia" else ""
         return Finding(
@@ -255,23 +268,30 @@ def check_host(
     sys_root: str = "/sys",
     which: Callable[[str], str | None] = shutil.which,
 ) -> list[Finding]:
-    """Every host check, in the order their failures get more expensive to find later."""
+    """Every host check, in the order their failures get more expensive to find later. Without a Docker engine the
+    checks that need none (driver, GPU, memory, compose's /dev/shm) are still made, beside the engine's failure."""
+    info: EngineInfo | None
     try:
         info = engine.info()
+        docker = Finding(
+            "docker", "ok", f"Docker {info.server_version}, data root {info.data_root}", "a Docker engine", ""
+        )
     except EngineError as exc:
-        return [Finding("docker", "fail", exc.found or exc.what, "a Docker engine this user can reach", exc.fix or "")]
-    image = engine.image()
+        info = None
+        docker = Finding("docker", "fail", exc.found or exc.what, "a Docker engine this user can reach", exc.fix or "")
+    image = engine.image() if info is not None else None
+    # Without an engine no image can be read: the manifest is absent for that reason, not looked for.
+    manifest = None if info is not None else BuildManifest(path=MANIFEST_PATH, present=False, error="no Docker engine")
     facts = host_facts(
-        settings, environ, engine, info=info, image=image, nvml=nvml, proc_root=proc_root, sys_root=sys_root
-    )
-    findings = [
-        Finding("docker", "ok", f"Docker {info.server_version}, data root {info.data_root}", "a Docker engine", ""),
-        check_gpu_driver(facts.gpu),
-    ]
+        settings, environ, engine, info=info, image=image, manifest=manifest, nvml=nvml, proc_root=proc_root,
+        sys_root=sys_root,
+    )  # fmt: skip
+    findings = [docker, check_gpu_driver(facts.gpu)]
     if facts.gpu.nvml_available:
         findings.append(check_driver(facts))
     findings.append(check_toolkit(info, which))
-    findings.append(check_docker_disk(facts, image, settings))
+    if info is not None:
+        findings.append(check_docker_disk(facts, image, settings))
     try:
         # The shared bounded reader: a FIFO, /dev/zero or a huge file is refused at once, never waited on or read whole.
         compose_text = read_text_bounded(compose_file, MAX_COMPOSE_BYTES, "the compose file")

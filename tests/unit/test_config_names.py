@@ -18,7 +18,8 @@ from t4serve.config.settings import VARIABLES
 REPO = Path(__file__).resolve().parents[2]
 # Names the tests spell on purpose as ones t4serve must not know.
 DELIBERATE_TYPOS = {"T4SERVE_MAX_MODELLEN", "T4SERVE_SHUTDOWN_TIMOUT", "T4SERVE_NOT_A_THING", "T4SERVE_GPU_MEMORY",
-                    "T4SERVE_MAX_MODEL_LENGTH", "T4SERVE_PREFLIGTH", "T4SERVE_XYZZY", "T4SERVE_"}  # fmt: skip
+                    "T4SERVE_MAX_MODEL_LENGTH", "T4SERVE_PREFLIGTH", "T4SERVE_XYZZY", "T4SERVE_",
+                    "T4SERVE_GPU_MEMORY_UTILISATION"}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -232,7 +232,7 @@ def wait_after_config_error(error: ConfigError) -> None:
     does not exit, and return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
     import time
 
-    from t4serve.supervise.readout import default_state_dir
+    from t4serve.supervise.readout import RECREATE_AFTER_FIX, default_state_dir
     from t4serve.supervise.state import ConfigErrorRecord, write_config_error
 
     # Blocked first, so a stop signal sent while the file is written waits for sigwait instead of being lost.
@@ -242,8 +242,7 @@ def wait_after_config_error(error: ConfigError) -> None:
         write_config_error(default_state_dir(), record)
     click.echo(
         "t4serve: T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting, so a restart policy "
-        "does not rerun a setting that cannot work; fix it, then `docker compose up -d` (it recreates the "
-        "container) or `docker compose down`",
+        f"does not rerun a setting that cannot work; {RECREATE_AFTER_FIX}",
         err=True,
     )
     signal.sigwait(STOP_SIGNALS)

@@ -18,11 +18,13 @@ from t4serve.config.settings import Settings
 from t4serve.host.engine import EngineInfo
 from t4serve.host.hostcheck import (
     IMAGE_SIZE_ESTIMATE,
+    check_compose_client,
     check_compose_shm,
     check_docker_disk,
     check_host,
     check_toolkit,
     compose_limits,
+    compose_token_route,
     host_facts,
     image_manifest,
 )
@@ -123,7 +125,7 @@ def test_check_host_with_a_memory_limit_in_compose(engine: FakeEngine, tmp_path:
     memory = findings["host-memory"]
     assert memory.level == "fail" and "memory limit" in memory.fix and "mem_limit" in memory.fix
     assert [f for f in findings] == ["docker", "host-gpu", "driver", "container-toolkit", "docker-disk",
-                                     "host-memory", "shm"]  # fmt: skip
+                                     "host-memory", "shm", "compose-client"]  # fmt: skip
 
 
 def test_check_host_without_a_compose_file(engine: FakeEngine, tmp_path: Path) -> None:
@@ -207,3 +209,33 @@ def test_host_check_help_is_short_and_takes_the_model(
     cli.main(["host-check", "--json", "--model", "bf16", "--compose-file", str(tmp_path / "compose.yaml")])
     disk = next(f for f in json.loads(capsys.readouterr().out) if f["check"] == "docker-disk")
     assert "google/gemma-4-E2B-it into the hf-cache volume" in disk["required"]
+
+
+@pytest.mark.parametrize(
+    ("compose_file", "client", "level"),
+    [
+        ("compose.yaml", ("docker compose", "5.6.1"), "ok"),
+        ("compose.yaml", ("docker compose", "v2.20.0"), "ok"),
+        ("compose.yaml", ("docker compose", "2.19.1"), "fail"),
+        ("compose.yaml", ("/usr/bin/docker-compose", "1.29.2"), "fail"),
+        ("compose.token-file.yaml", ("/usr/bin/docker-compose", "1.29.2"), "ok"),
+        ("compose.yaml", ("docker compose", "dev"), "warn"),
+    ],
+)
+def test_the_compose_client_reads_the_token_route_of_the_file(
+    compose_file: str, client: tuple[str, str], level: str, engine: FakeEngine
+) -> None:
+    """compose.yaml takes the token from HF_TOKEN, which docker-compose 1.29 refuses and Compose v2 before 2.20
+    copies readable by root alone; compose.token-file.yaml (the file route) reads it from a file (issue 45)."""
+    engine.compose = client
+    path = REPO / compose_file
+    finding = check_compose_client(engine, path.read_text(), path)
+    assert finding.level == level, finding
+    if level == "fail":
+        assert "compose.token-file.yaml" in finding.fix and "Compose v2.20 or later" in finding.fix
+
+
+def test_the_token_route_of_each_compose_file() -> None:
+    assert compose_token_route((REPO / "compose.yaml").read_text()) == "environment"
+    assert compose_token_route((REPO / "compose.token-file.yaml").read_text()) == "file"
+    assert compose_token_route("services:\n  t4serve:\n    image: x\n") is None

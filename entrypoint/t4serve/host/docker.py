@@ -79,6 +79,14 @@ HOST_SIDE_FIX = (
 )
 # Files a container runtime leaves at the root of a container, and the t4serve image's own manifest.
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", MANIFEST_PATH)
+# Compose v2.20 is the first to copy a secret from the environment readable by a non-root user (mode 0444; before it
+# 0400, root's), as compose.yaml's hf_token is.
+COMPOSE_ENV_SECRET_VERSION = (2, 20, 0)
+COMPOSE_TOO_OLD_FIX = (
+    "install Compose v2.20 or later (Docker's docker-compose-plugin package, or the distribution's Compose v2 "
+    "package), or use the file route: `DOCKER_BUILDKIT=1 docker-compose -f compose.token-file.yaml up` with "
+    "the token in secrets/hf_token (that file's second line writes it)"
+)
 ENGINE_FIX = (
     "start the Docker engine (`sudo systemctl start docker`) and check that this user may use it (`docker info`)"
 )
@@ -312,6 +320,13 @@ class DockerCli:
         return env
 
     # ----- engine and image
+    def compose_version(self) -> tuple[str, str]:
+        if self._compose is None:
+            self._compose = find_compose(self.docker, self.environ)
+        argv = [*self._compose, "version", "--short"]
+        answer = self._checked(argv, "compose version", QUICK_TIMEOUT_S).strip().splitlines()
+        return " ".join(self._compose), printable(answer[0] if answer else "")[:40]
+
     def info(self) -> EngineInfo:
         argv = [self.docker, "info", "--format", "{{json .}}"]
         raw = client_json(self._checked(argv, "docker info", QUICK_TIMEOUT_S), "docker info", argv)
@@ -564,8 +579,16 @@ def _fix_for(last_line: str) -> str:
         return "add this user to the docker group (`sudo usermod -aG docker $USER`, then log in again)"
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return ENGINE_FIX
+    if "'environment' does not match" in text:
+        # docker-compose 1.29 reads no secret from the environment (compose.yaml's hf_token).
+        return (
+            f"{COMPOSE_TOO_OLD_FIX}; or give this deployment compose.token-file.yaml (--compose-file, "
+            "T4SERVE_COMPOSE_FILE)"
+        )
     if "secret" in text and ("not found" in text or "no such file" in text):
-        return "write the HF token to the secret file compose.yaml names (README: First run)"
+        return "write the HF token to the secret file compose.token-file.yaml names (its second line)"
+    if "environment variable" in text and "hf_token" in text:
+        return "give compose the token: HF_TOKEN=hf_... in the environment it runs in (compose.yaml's hf_token secret)"
     if "port is already allocated" in text or "address already in use" in text:
         return "stop what holds the port, or start with another publish_port"
     return "run the same command by hand to see its whole output"

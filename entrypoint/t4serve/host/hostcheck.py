@@ -21,6 +21,7 @@ from t4serve.config.variables import MAX_SIZE_BYTES
 from t4serve.contract import ManifestAnswer, read_answer
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
+from t4serve.host.docker import COMPOSE_ENV_SECRET_VERSION, COMPOSE_TOO_OLD_FIX
 from t4serve.host.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
 from t4serve.pipeline import probe_settings_model
 from t4serve.planning.derived import format_bytes
@@ -132,6 +133,52 @@ def compose_limits(compose_text: str) -> tuple[int | None, int | None, bool]:
 
     ipc_host = re.search(r"^\s+ipc:\s*['\"]?host['\"]?\s*$", compose_text, re.MULTILINE) is not None
     return size("shm_size"), size("mem_limit"), ipc_host
+
+
+def compose_token_route(compose_text: str) -> str | None:
+    """How the compose file gives the HF token: "environment" (compose.yaml: its hf_token secret reads HF_TOKEN),
+    "file" (compose.token-file.yaml: a host file), or None (no hf_token secret found in its lines)."""
+    match = re.search(r"^secrets:\n(?:[ \t]*#.*\n|\n)*  hf_token:\n(?:[ \t]*#.*\n)*    (environment|file):",
+                      compose_text, re.MULTILINE)  # fmt: skip
+    return match.group(1) if match else None
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    match = re.match(r"v?([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})", text.strip())
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def check_compose_client(engine: Engine, compose_text: str, compose_file: Path) -> Finding:
+    """The compose client can read the compose file's token secret: one from the environment (compose.yaml) needs
+    Compose v2.20 or later; docker-compose 1.29 refuses the whole file."""
+    route = compose_token_route(compose_text)
+    needs = COMPOSE_ENV_SECRET_VERSION if route == "environment" else None
+    required = (
+        "Compose v" + ".".join(map(str, needs)) + f" or later, which reads {compose_file.name}'s token from HF_TOKEN"
+        if needs
+        else "a compose client (`docker compose`, else docker-compose)"
+    )
+    try:
+        client, version = engine.compose_version()
+    except EngineError as exc:
+        return Finding("compose-client", "fail", exc.found or exc.what, required, exc.fix or "")
+    found = f"{client} {version}"
+    parsed = _version(version)
+    if needs is None:
+        return Finding("compose-client", "ok", f"{found}; {compose_file.name} reads the token from a file", required,
+                       "")  # fmt: skip
+    if parsed is None:
+        return Finding("compose-client", "warn", f"{found}: a version t4serve cannot read", required,
+                       COMPOSE_TOO_OLD_FIX)  # fmt: skip
+    if parsed < needs:
+        return Finding(
+            "compose-client",
+            "fail",
+            f"{found}, which cannot read {compose_file.name}'s hf_token secret from HF_TOKEN",
+            required,
+            COMPOSE_TOO_OLD_FIX,
+        )
+    return Finding("compose-client", "ok", f"{found}; {compose_file.name} reads the token from HF_TOKEN", required, "")
 
 
 def check_gpu_driver(gpu: GpuFacts) -> Finding:
@@ -313,6 +360,7 @@ def check_host(
         facts = dataclasses.replace(facts, host=dataclasses.replace(facts.host, cgroup_memory_limit_bytes=mem_limit))
     findings.append(check_host_memory(facts, settings))
     findings.append(check_compose_shm(shm, ipc_host, compose_file))
+    findings.append(check_compose_client(engine, compose_text, compose_file))
     return findings
 
 

@@ -5,6 +5,7 @@ tests/image/test_readme_first_run.py."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -130,3 +131,22 @@ def test_the_scripts_tests_side_effects_and_durations_are_said() -> None:
     tests = section("Tests and what was verified")
     assert "installs Debian's docker.io and starts dockerd" in tests and "as root" in tests
     assert "about 10" in tests and "about 35" in tests
+
+
+def test_the_chat_request_as_written_is_answered(tmp_path: Path) -> None:
+    """The README's curl line, run by bash against the stand-in for `vllm serve` (tests/standin: vLLM 0.33's chat
+    route, where `model` may be left out) on a free port in place of 8000."""
+    from test_bench_runner import start_standin
+
+    request = re.findall(r"```\n(.*?)```", section("A chat request"), re.DOTALL)[0]
+    url, proc = start_standin({})
+    try:
+        command = request.replace("127.0.0.1:8000", url.removeprefix("http://"))
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["role"] == "assistant"
+    assert answer["model"] == "served-qat"

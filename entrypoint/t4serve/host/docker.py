@@ -36,6 +36,7 @@ from t4serve.atomic import write_atomic
 from t4serve.errors import EngineError
 from t4serve.host.engine import (
     BUILD_TIMEOUT_S,
+    COMPOSE_TOO_OLD_FIX,
     MANIFEST_PATH,
     Cancelled,
     Completed,
@@ -79,14 +80,6 @@ HOST_SIDE_FIX = (
 )
 # Files a container runtime leaves at the root of a container, and the t4serve image's own manifest.
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv", MANIFEST_PATH)
-# Compose v2.20 is the first to copy a secret from the environment readable by a non-root user (mode 0444; before it
-# 0400, root's), as compose.yaml's hf_token is.
-COMPOSE_ENV_SECRET_VERSION = (2, 20, 0)
-COMPOSE_TOO_OLD_FIX = (
-    "install Compose v2.20 or later (Docker's docker-compose-plugin package, or the distribution's Compose v2 "
-    "package), or use the file route: `DOCKER_BUILDKIT=1 docker-compose -f compose.token-file.yaml up` with "
-    "the token in secrets/hf_token (that file's second line writes it)"
-)
 ENGINE_FIX = (
     "start the Docker engine (`sudo systemctl start docker`) and check that this user may use it (`docker info`)"
 )
@@ -321,11 +314,9 @@ class DockerCli:
 
     # ----- engine and image
     def compose_version(self) -> tuple[str, str]:
-        if self._compose is None:
-            self._compose = find_compose(self.docker, self.environ)
-        argv = [*self._compose, "version", "--short"]
-        answer = self._checked(argv, "compose version", QUICK_TIMEOUT_S).strip().splitlines()
-        return " ".join(self._compose), printable(answer[0] if answer else "")[:40]
+        self._compose = self._compose or find_compose(self.docker, self.environ)
+        answer = self._checked([*self._compose, "version", "--short"], "compose version", QUICK_TIMEOUT_S)
+        return " ".join(self._compose), printable((answer.strip().splitlines() or [""])[0])[:40]
 
     def info(self) -> EngineInfo:
         argv = [self.docker, "info", "--format", "{{json .}}"]
@@ -579,12 +570,8 @@ def _fix_for(last_line: str) -> str:
         return "add this user to the docker group (`sudo usermod -aG docker $USER`, then log in again)"
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return ENGINE_FIX
-    if "'environment' does not match" in text:
-        # docker-compose 1.29 reads no secret from the environment (compose.yaml's hf_token).
-        return (
-            f"{COMPOSE_TOO_OLD_FIX}; or give this deployment compose.token-file.yaml (--compose-file, "
-            "T4SERVE_COMPOSE_FILE)"
-        )
+    if "'environment' does not match" in text:  # docker-compose 1.29 on compose.yaml's hf_token secret
+        return f"{COMPOSE_TOO_OLD_FIX}; or --compose-file compose.token-file.yaml (or T4SERVE_COMPOSE_FILE)"
     if "secret" in text and ("not found" in text or "no such file" in text):
         return "write the HF token to the secret file compose.token-file.yaml names (its second line)"
     if "environment variable" in text and "hf_token" in text:

@@ -21,8 +21,14 @@ from t4serve.config.variables import MAX_SIZE_BYTES
 from t4serve.contract import ManifestAnswer, read_answer
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
-from t4serve.host.docker import COMPOSE_ENV_SECRET_VERSION, COMPOSE_TOO_OLD_FIX
-from t4serve.host.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
+from t4serve.host.engine import (
+    COMPOSE_ENV_SECRET_VERSION,
+    COMPOSE_TOO_OLD_FIX,
+    MANIFEST_PATH,
+    Engine,
+    EngineInfo,
+    ImageInfo,
+)
 from t4serve.pipeline import probe_settings_model
 from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (

@@ -9,8 +9,8 @@ their fixed exit codes and prints the found/required/fix message without a trace
 The entrypoint rule: the image's ENTRYPOINT is `t4serve`, so `docker run IMAGE ARG...` runs `t4serve ARG...`. A first
 argument that is neither a t4serve command nor an option (`-...`) is a program: `main()` execs it with the remaining
 arguments, so `docker run IMAGE echo hi` prints hi and `docker run -it IMAGE bash` gives a shell (the docker-library
-convention, checked by its `override-cmd` test). A name that is neither a command nor a program on PATH is the usage
-error click gave before, exit 2.
+convention, checked by its `override-cmd` test). A name that is neither a command, nor a program on PATH, nor a model
+(below) is a usage error, exit 2.
 
 The model rule: a first argument that is no command and no program but a model T4SERVE_MODEL would take (`qat`,
 `org/name`, a directory holding config.json) is `t4serve serve MODEL ...`, so `docker run IMAGE google/gemma-4-E2B-it`

@@ -42,7 +42,7 @@ def test_a_mistyped_setting_is_refused_with_the_setting_it_meant(
 
 EVERY_COMMAND = [["env"], ["plan", "--gpu", "t4"], ["preflight"], ["probe", "--json"], ["profiles", "--gpu", "t4"],
                  ["roofline", "--gpu", "t4"], ["status"], ["serve"], ["bench", "report", "/nonexistent"],
-                 ["host-check"], ["mcp"], ["patch", "verify"]]  # fmt: skip
+                 ["host-check"], ["mcp"], ["patch", "verify"], ["attention", "prove"]]  # fmt: skip
 
 
 @pytest.mark.parametrize("args", EVERY_COMMAND)

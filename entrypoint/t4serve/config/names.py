@@ -70,6 +70,11 @@ OTHER_VARIABLES: dict[str, str] = {
     "T4SERVE_GPU_VLLM_ARGS": "tests/gpu",
     "T4SERVE_GPU_KV_ARGS": "tests/gpu",
     "T4SERVE_GPU_BENCH_ARGS": "tests/gpu",
+    "T4SERVE_GPU_TURING_ARGS": "tests/gpu",
+    "T4SERVE_GPU_AS_T4": "tests/gpu: the GPU host's T4 mode, in every vLLM process",
+    "T4SERVE_GPU_AS_T4_RECORDS": "tests/gpu",
+    "T4SERVE_GPU_LAUNCHES": "tests/gpu",
+    "T4SERVE_DIST_DIR": "tests/gpu",
 }
 # The image tests' stand-in for vLLM (tests/standin/vllm_standin.py) reads its knobs under this prefix; no setting
 # starts with it, so a typo of a setting never passes as one of them.

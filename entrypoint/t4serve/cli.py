@@ -9,8 +9,12 @@ their fixed exit codes and prints the found/required/fix message without a trace
 The entrypoint rule: the image's ENTRYPOINT is `t4serve`, so `docker run IMAGE ARG...` runs `t4serve ARG...`. A first
 argument that is neither a t4serve command nor an option (`-...`) is a program: `main()` execs it with the remaining
 arguments, so `docker run IMAGE echo hi` prints hi and `docker run -it IMAGE bash` gives a shell (the docker-library
-convention, checked by its `override-cmd` test). A name that is neither a command nor a program on PATH is the usage
-error click gave before, exit 2.
+convention, checked by its `override-cmd` test). A name that is neither a command, nor a program on PATH, nor a model
+(below) is a usage error, exit 2.
+
+The model rule: a first argument that is no command and no program but a model T4SERVE_MODEL would take (`qat`,
+`org/name`, a directory holding config.json) is `t4serve serve MODEL ...`, so `docker run IMAGE google/gemma-4-E2B-it`
+serves it as `vllm serve MODEL` and vLLM's image would; anything else that is none of the three says what each needs.
 
 The server-flags rule: an argument list that starts with an option other than the group's own (`--help`, `-h`,
 `--version`) is `t4serve serve` with those options, so `docker run IMAGE --max-model-len 4096` works as it does with
@@ -72,6 +76,9 @@ INTERNAL_COMMANDS: dict[str, str] = {
 
 # The group's own options; any other option first means `serve` (the server-flags rule above).
 GROUP_OPTIONS = ("-h", "--help", "--version")
+# Commands run without the check of T4SERVE_* names: the healthcheck answers Docker, which reads only 0 and 1, and runs
+# in a container whose `serve` made that check already.
+UNCHECKED_COMMANDS = ("healthcheck",)
 
 
 def is_command(name: str) -> bool:
@@ -110,6 +117,19 @@ def cli() -> None:
     """
 
 
+def model_problem(arg: str) -> str | None:
+    """Why `arg` is no model `serve` can take (T4SERVE_MODEL's own parser: an alias, an HF repo id, a directory
+    holding config.json), or None when it is one."""
+    from t4serve.config.settings import VARIABLES_BY_NAME
+    from t4serve.config.variables import Context, Invalid
+
+    try:
+        VARIABLES_BY_NAME["T4SERVE_MODEL"].parse(arg, Context(dict(os.environ), Path.cwd()))
+    except Invalid as exc:
+        return exc.reason
+    return None
+
+
 def exec_program(args: Sequence[str]) -> None:
     """Replace this process with the program `args[0]` names (the entrypoint rule); returns only by raising.
 
@@ -123,9 +143,11 @@ def exec_program(args: Sequence[str]) -> None:
         hint = f" (did you mean `t4serve {close[0]}`?)" if close else ""
         raise ConfigError(
             f"No such command {name!r}{hint}",
-            found=f"{name!r} is neither a t4serve command nor a program on PATH",
-            required=f"a t4serve command ({commands}) or a program to run",
-            fix="`t4serve --help` lists the commands; give a program by its path or put it on PATH",
+            found=f"{name!r} is neither a t4serve command, nor a program on PATH, nor a model: it "
+            f"{model_problem(name)}",
+            required=f"a t4serve command ({commands}), a program to run, or a model (`serve --model MODEL`)",
+            fix="`t4serve --help` lists the commands; give a program by its path or put it on PATH; a model: "
+            "`--model MODEL` (after the image name: `docker run ... IMAGE --model google/gemma-4-E2B-it`)",
         )
     sys.stdout.flush()
     sys.stderr.flush()
@@ -171,6 +193,18 @@ def unknown_serve_option(exc: click.NoSuchOption, args: Sequence[str]) -> Config
     )
 
 
+def check_variable_names(args: Sequence[str]) -> None:
+    """Refuse a T4SERVE_* variable t4serve does not know (a typo would otherwise be ignored), for every command but
+    those in UNCHECKED_COMMANDS and the internal ones, and not while only help is asked for."""
+    if not args or args[0] not in COMMANDS or args[0] in UNCHECKED_COMMANDS or "-h" in args or "--help" in args:
+        return
+    from t4serve.config.names import unknown_variables
+
+    problem = unknown_variables(os.environ)
+    if problem is not None:
+        raise problem
+
+
 def config_error_waits(args: Sequence[str], environ: dict[str, str]) -> bool:
     """`serve`'s T4SERVE_ON_CONFIG_ERROR (its flag first) says `wait`; a value that does not parse means `exit` (its
     own error is among those printed)."""
@@ -198,7 +232,7 @@ def wait_after_config_error(error: ConfigError) -> None:
     does not exit, and return when a stop signal arrives (`docker stop`, compose down, Ctrl-C)."""
     import time
 
-    from t4serve.supervise.readout import default_state_dir
+    from t4serve.supervise.readout import RECREATE_AFTER_FIX, default_state_dir
     from t4serve.supervise.state import ConfigErrorRecord, write_config_error
 
     # Blocked first, so a stop signal sent while the file is written waits for sigwait instead of being lost.
@@ -208,8 +242,7 @@ def wait_after_config_error(error: ConfigError) -> None:
         write_config_error(default_state_dir(), record)
     click.echo(
         "t4serve: T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting, so a restart policy "
-        "does not rerun a setting that cannot work; fix it, then `docker compose up -d` (it recreates the "
-        "container) or `docker compose down`",
+        f"does not rerun a setting that cannot work; {RECREATE_AFTER_FIX}",
         err=True,
     )
     signal.sigwait(STOP_SIGNALS)
@@ -221,7 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0].startswith("-") and args[0] not in GROUP_OPTIONS:
             args = ["serve", *args]
         elif args and not args[0].startswith("-") and not is_command(args[0]):
-            exec_program(args)
+            if shutil.which(args[0]) is None and model_problem(args[0]) is None:
+                args = ["serve", *args]  # the model rule: `docker run IMAGE MODEL [FLAGS]`, as vLLM's image takes it
+            else:
+                exec_program(args)
+        check_variable_names(args)
         result: Any = cli.main(args=args, prog_name="t4serve", standalone_mode=False)
     except T4ServeError as exc:
         return _failed(exc, args)

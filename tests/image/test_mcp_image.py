@@ -11,8 +11,10 @@ report whose figures come back in the result; stop_vllm_server stops it and noth
 file: exit 2) returns the exit code and the log lines, and a cancelled verify_turing_patch leaves no container and no
 client process behind.
 
-The engine here refuses the nvidia reservation (no GPU), so compose.yaml is used as test_compose uses it: without its
-`deploy:` block. T4SERVE_PREFLIGHT=warn lets serve start past the no-GPU finding, as in the supervision tests."""
+The engine here refuses the nvidia reservation (no GPU), so the compose file is used as test_compose uses it: without
+its `deploy:` block. With docker-compose 1.29 that is compose.token-file.yaml (the token from a file; 1.29 refuses
+compose.yaml's from the environment). T4SERVE_PREFLIGHT=warn lets serve start past the no-GPU finding, as in the
+supervision tests."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from t4serve.mcp.server import build_server
 from t4serve.mcp.servertools import MAX_LOG_BYTES
 
 from .conftest import REPO, load_e2b_checkpoint
-from .test_compose import COMPOSE, without_gpu
+from .test_compose import COMPOSE, TOKEN_FILE_COMPOSE, without_gpu
 from .test_supervision import standin
 
 pytestmark = pytest.mark.image
@@ -70,7 +72,7 @@ class Deployment:
 def deployment(docker_bin: str, standin: str, tmp_path: Path) -> Iterator[Deployment]:
     project = f"t4smcp{uuid.uuid4().hex[:6]}"
     compose_file = tmp_path / "compose.yaml"
-    compose_file.write_text(without_gpu((REPO / "compose.yaml").read_text()))
+    compose_file.write_text(without_gpu(TOKEN_FILE_COMPOSE.read_text()))
     token = tmp_path / "hf_token"
     token.write_text("hf_testtokennotreal\n")
     token.chmod(0o644)

@@ -63,6 +63,8 @@ class FakeEngine:
     calls: list[tuple[str, object]] = field(default_factory=list)
     # A folder on the container's PYTHONPATH (a stand-in for what bench's client imports of vLLM), or None.
     pythonpath: Path | None = None
+    # The compose client and the version it answers (`docker compose version --short`).
+    compose: tuple[str, str] = ("docker compose", "2.29.1")
 
     @property
     def project_directory(self) -> Path:
@@ -77,6 +79,9 @@ class FakeEngine:
     def info(self) -> EngineInfo:
         self.calls.append(("info", None))
         return EngineInfo("27.3.1-fake", str(self.root), sorted(self.runtimes), "runc")
+
+    def compose_version(self) -> tuple[str, str]:
+        return self.compose
 
     def image(self) -> ImageInfo | None:
         if not self.image_present:

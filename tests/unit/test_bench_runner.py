@@ -596,3 +596,23 @@ def test_servers_bench_starts_run_in_rounds_one_at_a_time(tmp_path: Path) -> Non
     # One server at a time: each server's log ends (stopped) before the next one's run starts.
     first, second, third, fourth = (r.timing for r in runs_file.runs)
     assert first and second and third and fourth and first.ended < second.started and third.ended < fourth.started
+
+
+def test_a_sweep_that_measured_nothing_exits_6_without_matplotlib_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: without matplotlib a sweep that measured nothing exited 2 (the plots' error), not the documented 6.
+    The real sweep, against a --base-url where no server answers."""
+    from t4serve.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # stands for a Python without matplotlib installed
+    client = client_script(tmp_path, FAKE_CLIENT)
+    out = tmp_path / "result"
+    code = main(["bench", "--models", "qat", "--inputs", "32", "--concurrency", "1", "--repeats", "1",
+                 "--output-len", "8", "--base-url", f"qat=http://127.0.0.1:{free_port()}", "--tokenizer", "tok",
+                 "--ceiling", "qat=100", "--client", "per-run", "--vllm", str(client), "--ready-timeout", "1",
+                 "--output", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert "t4serve bench measured nothing" in err and "no plots: cannot draw the benchmark plots" in err
+    assert (out / "report.md").is_file() and (out / "runs.json").is_file()

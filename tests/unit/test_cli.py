@@ -12,6 +12,8 @@ from t4serve.cli import main
 from t4serve.config.settings import markdown_table
 from t4serve.facts import Facts
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(autouse=True)
 def clean_env(settings_free_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -158,3 +160,18 @@ def test_api_key_in_vllm_args_exits_2_naming_the_file_variable(
     out, err = capsys.readouterr()
     assert "must not contain --api-key" in err and "T4SERVE_API_KEY_FILE" in err
     assert API_KEY not in out + err
+
+
+def test_plan_answers_in_one_line_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 45: `plan` was 62 lines with no answer; now its first line is one, here for the published T4 VM's facts
+    (QAT: 7.3 GiB usable, 4.6 GiB short of the load's need)."""
+    facts = str(REPO / "entrypoint" / "t4serve" / "data" / "facts" / "t4-published.json")
+    assert main(["plan", "--facts", facts]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (
+        "answer: fits a Tesla T4 (15.000 GiB): 16,384-token requests, 30 at once (507,832 KV tokens); loading needs "
+        "5 GiB more swap on this host (sudo scripts/setup-swap 5G)"
+    )
+    assert main(["plan"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "answer: no answer: no GPU visible (plan for a known card with --gpu t4)"

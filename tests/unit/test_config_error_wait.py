@@ -21,9 +21,10 @@ from t4serve.supervise.state import CONFIG_ERROR_FILE
 BAD = "T4SERVE_MAX_MODEL_LEN=nope (from --max-model-len): must be"
 
 
-def start(state_dir: Path, *args: str, mode: str | None) -> subprocess.Popen[str]:
+def start(state_dir: Path, *args: str, mode: str | None, **extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "HF_"))}
     env["T4SERVE_STATE_DIR"] = str(state_dir)
+    env.update(extra)
     if mode is not None:
         env["T4SERVE_ON_CONFIG_ERROR"] = mode
     return subprocess.Popen([sys.executable, "-m", "t4serve", *args], env=env, stdout=subprocess.PIPE,
@@ -53,6 +54,8 @@ def test_a_config_error_waits_for_a_stop_signal_then_exits_2(tmp_path: Path, sig
         status = subprocess.run([sys.executable, "-m", "t4serve", "status", "--state-dir", str(tmp_path)],
                                 capture_output=True, text=True, timeout=60)  # fmt: skip
         assert status.returncode == 0 and "stopped on a configuration error" in status.stdout and BAD in status.stdout
+        # What recreates the container for each way it is started, not only compose v2's (issue 45).
+        assert "`docker-compose -f compose.yaml up -d`" in status.stdout and "`docker run` again" in status.stdout
         typed = subprocess.run([sys.executable, "-m", "t4serve", "status", "--json", "--state-dir", str(tmp_path)],
                                capture_output=True, text=True, timeout=60)  # fmt: skip
         answer = read_answer(StatusAnswer, ["t4serve", "status", "--json"], typed.returncode, typed.stdout,
@@ -66,6 +69,7 @@ def test_a_config_error_waits_for_a_stop_signal_then_exits_2(tmp_path: Path, sig
     assert proc.returncode == 2
     assert err.count(BAD) == 1, err
     assert "T4SERVE_ON_CONFIG_ERROR=wait: waiting for a stop signal instead of exiting" in err
+    assert "`docker-compose -f compose.yaml up -d`" in err
     assert "Traceback" not in err
 
 
@@ -111,3 +115,17 @@ def test_other_commands_never_wait(tmp_path: Path) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 2 and BAD in err
+
+
+def test_an_unknown_variable_is_a_config_error_that_waits(tmp_path: Path) -> None:
+    """A mistyped variable in compose's environment stops serve as any bad setting does (issue 45)."""
+    proc = start(tmp_path, "serve", mode="wait", T4SERVE_MAX_MODELLEN="4096")
+    try:
+        wait_for(tmp_path / CONFIG_ERROR_FILE, proc)
+        code, line = check(tmp_path)
+        assert code == 1 and "T4SERVE_MAX_MODELLEN is not a t4serve variable" in line
+        proc.terminate()
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2

@@ -288,8 +288,20 @@ def test_an_empty_token_file_says_how_to_fill_it(tmp_path: Path, content: str, s
     assert message.startswith(f"HF_TOKEN_FILE={path}: names an empty file ({path}: {shown}); it must hold the token")
     uid = os.getuid()
     assert f"fix: write the token into the file mounted there: on the host `(umask 077 && printf %s hf_YOURTOKEN > " \
-           f"secrets/hf_token) && chown {uid} secrets/hf_token` for compose's hf_token secret" in message
+           f"secrets/hf_token) && chown {uid} secrets/hf_token` for compose.token-file.yaml's hf_token " \
+           "secret" in message
     assert "writes an empty file when HF_TOKEN is unset" in message
+    assert "with compose.yaml, HF_TOKEN=hf_... in the environment compose runs in instead" in message
+    assert "set HF_TOKEN_FILE=" not in message
+
+
+def test_a_missing_token_file_says_how_each_route_puts_it_there(tmp_path: Path) -> None:
+    """compose.yaml's route (HF_TOKEN in compose's environment), the file route and `docker run` (issue 45); not
+    "set HF_TOKEN_FILE=", which is set."""
+    message = error_for({"HF_TOKEN_FILE": str(tmp_path / "absent")}).message()
+    assert f"({tmp_path / 'absent'} does not exist)" in message
+    assert "`HF_TOKEN=hf_... docker compose up`" in message and "compose.token-file.yaml" in message
+    assert "-v $PWD/secrets/hf_token:/run/secrets/hf_token:ro" in message
     assert "set HF_TOKEN_FILE=" not in message
 
 

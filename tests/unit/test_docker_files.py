@@ -87,3 +87,25 @@ def test_the_runtime_environment_finds_gkes_driver_and_sends_no_usage_statistics
     assert env["LD_LIBRARY_PATH"].split(":") == ["/usr/local/nvidia/lib", "/usr/local/nvidia/lib64"]
     assert env["PATH"] == "$PATH:/usr/local/nvidia/bin"
     assert env["VLLM_NO_USAGE_STATS"] == "1" and env["DO_NOT_TRACK"] == "1" and env["HF_HUB_DISABLE_TELEMETRY"] == "1"
+
+
+def test_the_token_file_variant_is_compose_yaml_with_its_token_from_a_file() -> None:
+    """compose.token-file.yaml is generated from compose.yaml (scripts/compose-token-file): the same service, the
+    token secret from a host file (docker-compose 1.29 refuses compose.yaml's `environment:` secret)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "compose-token-file")], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (REPO / "compose.token-file.yaml").read_text() == done.stdout, (
+        "compose.token-file.yaml is out of date: `scripts/compose-token-file > compose.token-file.yaml`"
+    )
+    env_route = yaml.safe_load(COMPOSE.read_text())
+    file_route = yaml.safe_load(done.stdout)
+    assert env_route["secrets"] == {"hf_token": {"environment": "HF_TOKEN"}}
+    assert file_route["secrets"] == {"hf_token": {"file": "${HF_TOKEN_SECRET_FILE:-./secrets/hf_token}"}}
+    assert env_route["services"] == file_route["services"] and env_route["volumes"] == file_route["volumes"]
+    # The token reaches the container as a file only: never in its environment (so never in `docker inspect`).
+    environment = env_route["services"]["t4serve"]["environment"]
+    assert "HF_TOKEN" not in environment and environment["HF_TOKEN_FILE"] == "/run/secrets/hf_token"

@@ -104,7 +104,43 @@ def test_neither_command_nor_program_is_a_usage_error(
     assert main(["servee"]) == 2
     err = capsys.readouterr().err
     assert "No such command 'servee' (did you mean `t4serve serve`?)" in err
-    assert "neither a t4serve command nor a program on PATH" in err and "fix: `t4serve --help`" in err
+    assert "neither a t4serve command, nor a program on PATH, nor a model" in err and "fix: `t4serve --help`" in err
+
+
+def test_a_model_after_the_image_name_is_served(
+    settings_free_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`docker run IMAGE google/gemma-4-E2B-it --max-model-len 4096`, as vLLM's image takes a model: serve runs with
+    it (here its preflight refuses: no GPU, and the hub is off), not "No such command"."""
+    monkeypatch.setenv("T4SERVE_STATE_DIR", str(tmp_path / "state"))
+    assert main(["google/gemma-4-E2B-it", "--max-model-len", "4096"]) == 3
+    captured = capsys.readouterr()
+    assert "google/gemma-4-E2B-it is not in" in captured.out and "No such command" not in captured.err
+    assert "preflight failed" in captured.err
+
+
+def test_serve_takes_the_model_as_its_argument(
+    settings_free_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("T4SERVE_STATE_DIR", str(tmp_path / "state"))
+    assert main(["serve", "google/gemma-4-E2B-it"]) == 3
+    assert "google/gemma-4-E2B-it is not in" in capsys.readouterr().out
+    assert main(["serve", "bf16", "--model", "qat"]) == 2
+    err = capsys.readouterr().err
+    assert "the model is given twice: the MODEL argument and --model" in err
+    assert main(["serve", "not a model"]) == 2
+    assert "T4SERVE_MODEL=not a model (from the MODEL argument): must be qat, bf16" in capsys.readouterr().err
+
+
+def test_a_word_that_is_no_model_says_how_a_model_is_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert main(["./gemma"]) == 2
+    err = capsys.readouterr().err
+    assert "nor a model: it must be an existing directory holding config.json" in err
+    assert "`--model MODEL`" in err
 
 
 def test_a_file_that_cannot_be_executed_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ tracebacks, leaks, late checks) are reproducible.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import io
 import itertools
@@ -55,6 +56,7 @@ from hypothesis import strategies as st
 
 from t4serve.atomic import LockError
 from t4serve.commands import serve
+from t4serve.config import settings as settings_table
 from t4serve.config.settings import VARIABLES
 from t4serve.config.variables import Variable
 from t4serve.mcp.server import TOOL_ANNOTATIONS
@@ -91,10 +93,17 @@ env_text = st.one_of(
 
 @pytest.fixture(scope="module")
 def serve_recorder() -> Iterator[None]:
-    """`serve` runs up to starting supervisord (replaced by a no-op), so what it writes can be searched."""
-    with mock.patch.object(serve.shutil, "which", lambda name: f"/usr/bin/{name}"), \
-            mock.patch.object(serve.pid1, "run", lambda argv, state, env: 0):  # fmt: skip
-        yield
+    """`serve` runs up to starting supervisord (replaced by a no-op), so what it writes can be searched. A value that
+    means "unset" (an empty T4SERVE_STATE_DIR) takes the table's default, which here is a folder of the test's own:
+    the host's /tmp/t4serve is never written (issue 45: a later `t4serve status` there read "starting")."""
+    with tempfile.TemporaryDirectory(prefix="t4serve-state-default-") as folder:
+        state = dataclasses.replace(settings_table.VARIABLES_BY_NAME["T4SERVE_STATE_DIR"], default=folder)
+        table = tuple(state if v.name == state.name else v for v in settings_table.VARIABLES)
+        with mock.patch.object(serve.shutil, "which", lambda name: f"/usr/bin/{name}"), \
+                mock.patch.object(serve.pid1, "run", lambda argv, state, env: 0), \
+                mock.patch.object(settings_table, "VARIABLES", table), \
+                mock.patch.dict(settings_table.VARIABLES_BY_NAME, {state.name: state}):  # fmt: skip
+            yield
 
 
 @pytest.mark.parametrize("var", VARIABLES, ids=[v.name for v in VARIABLES])
@@ -689,3 +698,14 @@ def test_bench_report_and_compare_on_any_result_folder(
                 rows = [ln.replace("\\|", "") for ln in block.splitlines() if ln.startswith("|")]
                 assert len({row.count("|") for row in rows}) <= 1, block
             assert len(list((tmp / "a").glob("*.png"))) == 3
+
+
+def test_an_empty_state_dir_writes_into_the_tests_own_folder(serve_recorder: None) -> None:
+    """Issue 45: `T4SERVE_STATE_DIR=` (unset) made `serve` write state.json, run-spec.json and supervisord.conf into
+    the host's /tmp/t4serve, where a later `t4serve status` read a server that did not exist."""
+    default = Path(settings_table.default_of("T4SERVE_STATE_DIR"))
+    assert default != Path("/tmp/t4serve") and default.is_relative_to(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory() as d:
+        outcome = run_cli(["serve"], {**base_environ(Path(d)), "T4SERVE_PREFLIGHT": "warn", "T4SERVE_STATE_DIR": ""})
+    assert outcome.code == 0, outcome.err
+    assert {p.name for p in default.iterdir()} >= {"state.json", "run-spec.json", "supervisord.conf"}

@@ -171,6 +171,10 @@ def test_published_port_and_info(tmp_path: Path) -> None:
         ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
          "systemctl start docker"),
         ("Bind for 127.0.0.1:8000 failed: port is already allocated", "publish_port"),
+        # docker-compose 1.29 on compose.yaml, whose token secret comes from the environment (issue 45).
+        ("The Compose file './compose.yaml' is invalid because:\nsecrets.hf_token value 'environment' does not match "
+         "any of the regexes: '^x-'", "compose.token-file.yaml"),
+        ('environment variable "HF_TOKEN" required by secret "t4serve_hf_token" is not set', "HF_TOKEN=hf_..."),
     ],
 )  # fmt: skip
 def test_a_refusal_is_an_engine_error_with_the_fix(tmp_path: Path, stderr: str, fix: str) -> None:
@@ -305,3 +309,9 @@ def test_a_cancelled_build_stops_the_build_script_and_its_children(tmp_path: Pat
     assert lines == ["#1 [base] FROM debian"]
     pids = [int(p) for p in (bin_dir / "build.pids").read_text().split()]
     assert len(pids) == 2 and wait_gone(pids) == []
+
+
+def test_the_compose_version_is_the_clients_short_answer(tmp_path: Path) -> None:
+    cli, bin_dir = engine(tmp_path, {"version": [0, "1.29.2\n", ""]})
+    assert cli.compose_version() == (str(bin_dir / "docker-compose"), "1.29.2")
+    assert calls(bin_dir)[-1]["argv"] == ["version", "--short"]

@@ -18,11 +18,13 @@ from t4serve.config.settings import Settings
 from t4serve.host.engine import EngineInfo
 from t4serve.host.hostcheck import (
     IMAGE_SIZE_ESTIMATE,
+    check_compose_client,
     check_compose_shm,
     check_docker_disk,
     check_host,
     check_toolkit,
     compose_limits,
+    compose_token_route,
     host_facts,
     image_manifest,
 )
@@ -123,7 +125,7 @@ def test_check_host_with_a_memory_limit_in_compose(engine: FakeEngine, tmp_path:
     memory = findings["host-memory"]
     assert memory.level == "fail" and "memory limit" in memory.fix and "mem_limit" in memory.fix
     assert [f for f in findings] == ["docker", "host-gpu", "driver", "container-toolkit", "docker-disk",
-                                     "host-memory", "shm"]  # fmt: skip
+                                     "host-memory", "shm", "compose-client"]  # fmt: skip
 
 
 def test_check_host_without_a_compose_file(engine: FakeEngine, tmp_path: Path) -> None:
@@ -156,3 +158,84 @@ def test_docker_disk_says_when_the_checkpoint_size_is_unknown(engine: FakeEngine
     facts = host_facts(s, {}, engine, info=engine.info(), image=None, nvml=FakeNvml([FakeDevice()]))
     finding = check_docker_disk(facts, None, s)
     assert "org/not-local into the hf-cache volume; its size is unknown" in finding.required
+
+
+def test_without_a_docker_engine_the_checks_that_need_none_are_still_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`host-check` on a host whose engine is down (issue 45: it said only "Cannot connect to the Docker daemon", 0
+    ok): the real docker client path, with a stand-in for a docker client that finds no engine; NVML is this
+    machine's (no GPU)."""
+    client = tmp_path / "docker"
+    client.write_text(
+        "#!/bin/sh\n# Stands for the docker client on a host whose engine is not running.\n"
+        "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?' >&2\n"
+        "exit 1\n"
+    )
+    client.chmod(0o755)
+    shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
+    monkeypatch.setenv("DOCKER", str(client))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    code = cli.main(["host-check", "--json", "--compose-file", str(tmp_path / "compose.yaml")])
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert code == 3
+    docker = findings["docker"]
+    assert docker["level"] == "fail" and "Cannot connect to the Docker daemon" in docker["found"]
+    assert "start the Docker engine" in findings["docker"]["fix"]
+    assert {"host-gpu", "container-toolkit", "host-memory", "shm"} <= set(findings)
+    assert "not installed on this host" in findings["host-gpu"]["found"] or findings["host-gpu"]["level"] == "ok"
+    assert "container" not in findings["host-gpu"]["found"], "on the host no container is involved"
+    assert findings["shm"]["level"] == "ok"
+    assert "docker-disk" not in findings, "Docker's data root is known only to the engine"
+
+
+def test_the_toolkit_without_an_engine() -> None:
+    missing = check_toolkit(None, lambda name: None)
+    assert missing.level == "fail" and "no Docker engine to ask" in missing.found
+    installed = check_toolkit(None, lambda name: "/usr/bin/nvidia-ctk" if name == "nvidia-ctk" else None)
+    assert installed.level == "warn" and "needs the engine" in installed.found
+
+
+def test_host_check_help_is_short_and_takes_the_model(
+    engine: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: its --help was 180 lines of every serve setting; the host check needs only the model."""
+    assert cli.main(["host-check", "--help"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) <= 30
+    shutil.copy(REPO / "compose.yaml", tmp_path / "compose.yaml")
+    monkeypatch.setattr("t4serve.host.docker.engine_from_environ", lambda environ, **kw: _with_file(engine, kw))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cli.main(["host-check", "--json", "--model", "bf16", "--compose-file", str(tmp_path / "compose.yaml")])
+    disk = next(f for f in json.loads(capsys.readouterr().out) if f["check"] == "docker-disk")
+    assert "google/gemma-4-E2B-it into the hf-cache volume" in disk["required"]
+
+
+@pytest.mark.parametrize(
+    ("compose_file", "client", "level"),
+    [
+        ("compose.yaml", ("docker compose", "5.6.1"), "ok"),
+        ("compose.yaml", ("docker compose", "v2.20.0"), "ok"),
+        ("compose.yaml", ("docker compose", "2.19.1"), "fail"),
+        ("compose.yaml", ("/usr/bin/docker-compose", "1.29.2"), "fail"),
+        ("compose.token-file.yaml", ("/usr/bin/docker-compose", "1.29.2"), "ok"),
+        ("compose.yaml", ("docker compose", "dev"), "warn"),
+    ],
+)
+def test_the_compose_client_reads_the_token_route_of_the_file(
+    compose_file: str, client: tuple[str, str], level: str, engine: FakeEngine
+) -> None:
+    """compose.yaml takes the token from HF_TOKEN, which docker-compose 1.29 refuses and Compose v2 before 2.20
+    copies readable by root alone; compose.token-file.yaml (the file route) reads it from a file (issue 45)."""
+    engine.compose = client
+    path = REPO / compose_file
+    finding = check_compose_client(engine, path.read_text(), path)
+    assert finding.level == level, finding
+    if level == "fail":
+        assert "compose.token-file.yaml" in finding.fix and "Compose v2.20 or later" in finding.fix
+
+
+def test_the_token_route_of_each_compose_file() -> None:
+    assert compose_token_route((REPO / "compose.yaml").read_text()) == "environment"
+    assert compose_token_route((REPO / "compose.token-file.yaml").read_text()) == "file"
+    assert compose_token_route("services:\n  t4serve:\n    image: x\n") is None

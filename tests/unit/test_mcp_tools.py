@@ -66,7 +66,9 @@ def manifest_file(**changes: Any) -> dict[str, Any]:
 def engine(tmp_path: Path) -> FakeEngine:
     fake = FakeEngine(tmp_path, manifest=manifest_file(), state_on_up=serve_state("loading_weights"))
     fake.project_directory.mkdir()
-    shutil.copy(REPO / "compose.yaml", fake.project_directory / "compose.yaml")
+    # The file route (the token in HF_TOKEN_SECRET_FILE), as compose.token-file.yaml gives it; compose.yaml's own
+    # route (HF_TOKEN in the environment) has its tests below.
+    shutil.copy(REPO / "compose.token-file.yaml", fake.project_directory / "compose.yaml")
     return fake
 
 
@@ -453,6 +455,22 @@ def test_start_without_the_token_secret_file_says_how_to_make_it(engine: FakeEng
     text = error_text(call(tool_env(engine, environ), "start_vllm_server"))
     assert "secret file is missing" in text and "printf %s" in text
     assert not any(name == "up" for name, _ in engine.calls)
+
+
+def test_start_with_compose_yaml_takes_the_token_from_its_environment(
+    engine: FakeEngine, environ: dict[str, str]
+) -> None:
+    """compose.yaml's hf_token secret reads HF_TOKEN in compose's environment, which is this process's: without it
+    the start stops before compose, saying so (issue 45); with it, no secret file is needed."""
+    shutil.copy(REPO / "compose.yaml", engine.project_directory / "compose.yaml")
+    del environ["HF_TOKEN_SECRET_FILE"]
+    text = error_text(call(tool_env(engine, environ), "start_vllm_server"))
+    assert "compose has no HF token to give the server" in text and "no HF_TOKEN in its environment" in text
+    assert "HF_TOKEN=hf_..." in text and "compose.token-file.yaml" in text
+    assert not any(name == "up" for name, _ in engine.calls)
+    environ["HF_TOKEN"] = HF_TOKEN
+    engine.state_on_up = serve_state("ready")
+    assert ok(call(tool_env(engine, environ), "start_vllm_server", {"wait_s": 10}))["phase"] == "ready"
 
 
 def test_start_refuses_bad_settings_before_compose(engine: FakeEngine, environ: dict[str, str]) -> None:

@@ -291,3 +291,16 @@ def test_a_cancelled_long_tool_leaves_no_child_process(tmp_path: Path) -> None:
     assert "starting scripts/build-image" in out["messages"]
     stop = out["stop"].content[0].text
     assert out["stop"].is_error and "busy" not in stop and "no-compose-here" in stop
+
+
+def test_without_the_mcp_sdk_the_fix_installs_from_the_checkout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: the fix named `t4serve[mcp]` from a package index that publishes no t4serve."""
+    from t4serve.cli import main
+
+    monkeypatch.setitem(sys.modules, "t4serve.mcp.calls", None)  # stands for a Python without the MCP SDK
+    assert main(["mcp"]) == 2
+    err = capsys.readouterr().err
+    assert "t4serve mcp needs the MCP SDK" in err and "from a checkout of t4serve: pip install '.[mcp]'" in err
+    assert "pip install 't4serve[mcp]'" not in err

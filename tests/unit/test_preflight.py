@@ -195,7 +195,7 @@ def test_shm(total: int | None, free: int | None, level: str) -> None:
         assert "--shm-size 2g" in finding.fix and "ipc: host" in finding.fix
 
 
-def test_host_memory_for_bf16_without_swap_needs_swap_and_qat_clears_it() -> None:
+def test_host_memory_for_bf16_without_swap_needs_swap_and_qat_needs_less() -> None:
     s = settings(T4SERVE_MODEL="bf16")
     facts = with_host(ensure_model(s, t4()), swap_total_bytes=0, swap_free_bytes=0)
     bf16 = only(findings(facts, s), "host-memory")
@@ -203,6 +203,11 @@ def test_host_memory_for_bf16_without_swap_needs_swap_and_qat_clears_it() -> Non
     assert "sudo scripts/setup-swap " in bf16.fix and "T4SERVE_MODEL=qat" in bf16.fix
     assert "MemAvailable" in bf16.found and "short" in bf16.found
     assert "scripts/setup-swap 8G" in bf16.fix  # 13.87 GiB to load bf16 - 6.52 GiB available, rounded up
+    # QAT (11.92 GiB to load) needs swap on this host too (issue 45: the fix implied it needed none).
+    assert "T4SERVE_MODEL=qat, which needs less but swap too (`sudo scripts/setup-swap 6G`)" in bf16.fix
+    roomy = with_host(facts, mem_available_bytes=12 * GIB)
+    assert "T4SERVE_MODEL=qat (its int4 weights load within this host's RAM + swap)" in only(
+        findings(roomy, s), "host-memory").fix
     swapped = with_host(facts, swap_total_bytes=16 * GIB, swap_free_bytes=16 * GIB)
     assert only(findings(swapped, s), "host-memory").level == "ok"
 
@@ -220,6 +225,7 @@ def test_host_memory_cgroup_limit_needs_a_bigger_limit_not_swap() -> None:
     assert finding.level == "fail"
     assert "capped by the cgroup limit" in finding.found and "short" in finding.found
     assert "memory limit" in finding.fix and "setup-swap" not in finding.fix
+    assert "T4SERVE_MODEL=qat, which needs less but a limit of at least 12G too" in finding.fix
 
 
 def test_disk_roles_on_one_filesystem_add_up_and_free_space_counts_once() -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from sample_facts import no_gpu, t4
 
 from t4serve.commands.probe import describe_facts
 from t4serve.facts import Facts
 from t4serve.planning.derived import format_bytes
+from t4serve.probes.manifest import probe_manifest
 
 
 def test_summary_names_gpu_host_disks_and_image() -> None:
@@ -33,3 +35,10 @@ def test_unreadable_memory_and_disk_are_shown_with_their_reason() -> None:
     # The record replays: the unreadable figures survive JSON.
     again = Facts.from_json(facts.to_json())
     assert again.host.meminfo_unreadable == host.meminfo_unreadable and again.host.disks[0] == disk
+
+
+def test_a_missing_manifest_is_said_once(tmp_path: Path) -> None:
+    """Issue 45: `probe` printed "no build manifest at X (no build manifest at X: ...)"."""
+    manifest = probe_manifest(str(tmp_path / "build-manifest.json"))
+    line = next(ln for ln in describe_facts(replace(t4(), manifest=manifest)).splitlines() if ln.startswith("image:"))
+    assert line.count("no build manifest at") == 1 and str(tmp_path / "build-manifest.json") in line

@@ -94,3 +94,11 @@ def test_creates_enables_and_is_idempotent(tmp_path: Path) -> None:
         assert "active with another size" in refusal(other)
     finally:
         subprocess.run(["swapoff", str(swap)], capture_output=True, check=False)
+
+
+def test_help_is_help_not_a_size(tmp_path: Path) -> None:
+    """Issue 45: `setup-swap --help` read `--help` as a SIZE ("bad SIZE")."""
+    result = run("--help", fstab=tmp_path / "fstab")
+    assert result.returncode == 0 and "sudo scripts/setup-swap SIZE [PATH]" in result.stdout
+    assert "bad SIZE" not in result.stderr
+    assert "unknown option -x" in refusal(run("-x", fstab=tmp_path / "fstab"))

@@ -403,11 +403,20 @@ def run_bench(opts: BenchOptions, environ: Mapping[str, str] | None = None, stre
     except Interrupted as exc:
         runs_file = dataclasses.replace(runs_file, interrupted=exc.why)
         _print_split(runs_file, out)
-        write_folder(opts.output, runs_file, out)
+        _say_no_plots(write_folder(opts.output, runs_file, out), out)  # the signal decides the exit code
         raise
     _print_split(runs_file, out)
-    write_folder(opts.output, runs_file, out)
+    plot_error = write_folder(opts.output, runs_file, out)
+    if plot_error is not None and any(r.figures is not None and r.figures.completed > 0 for r in runs_file.runs):
+        raise plot_error
+    # Nothing measured: that (BenchError, exit 6) is the failure to report, not the plots that had nothing to draw.
+    _say_no_plots(plot_error, out)
     return runs_file
+
+
+def _say_no_plots(plot_error: ConfigError | None, out: IO[str]) -> None:
+    if plot_error is not None:
+        out.write(f"t4serve bench: no plots: {plot_error.what}\n")
 
 
 def _print_split(runs_file: RunsFile, out: IO[str]) -> None:
@@ -562,7 +571,9 @@ def write_tables(folder: Path, runs_file: RunsFile) -> None:
     write_atomic(folder / "report.md", report.markdown(runs_file))
 
 
-def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:
+def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> ConfigError | None:
+    """runs.json, runs.csv, the plots and report.md; returns why there are no plots (matplotlib missing), else None:
+    the caller decides whether that is the error to exit with."""
     write_runs(folder, runs_file)
     write_atomic(folder / "runs.csv", report.runs_csv(runs_file.runs))
     plots: list[str] = []
@@ -575,5 +586,4 @@ def write_folder(folder: Path, runs_file: RunsFile, out: IO[str]) -> None:
         plot_error = exc
     write_atomic(folder / "report.md", report.markdown(runs_file, plots))
     out.write(f"results in {folder}: report.md, runs.csv, runs.json, raw/, {', '.join(plots) or 'no plots'}\n")
-    if plot_error is not None:
-        raise plot_error
+    return plot_error

@@ -361,7 +361,9 @@ def report_command(folder: Path, slo_ttft_ms: float | None, slo_tpot_ms: float |
 
     runs_file = load_runs(folder)
     if slo_ttft_ms is None and slo_tpot_ms is None:
-        write_folder(folder, runs_file, sys.stderr)
+        plot_error = write_folder(folder, runs_file, sys.stderr)
+        if plot_error is not None:
+            raise plot_error
         click.echo((folder / "report.md").read_text(encoding="utf-8"), nl=False)
         return
     ttft = slo_ttft_ms if slo_ttft_ms is not None else runs_file.slo_ttft_ms or DEFAULT_SLO_TTFT_MS
@@ -406,11 +408,8 @@ def merge_command(output: Path, sources: tuple[str, ...]) -> None:
                     for name in (run.raw_file, Path(run.raw_file).with_suffix(".log").name):
                         if (source.folder / "raw" / name).is_file():
                             shutil.copy2(source.folder / "raw" / name, staging / "raw" / name)
-        plot_error: ConfigError | None = None
-        try:
-            write_folder(staging, merged, io.StringIO())
-        except ConfigError as exc:  # no plots (matplotlib missing): the tables are written, the folder stands
-            plot_error = exc
+        # No plots (matplotlib missing): the tables are written, the folder stands, the error follows.
+        plot_error = write_folder(staging, merged, io.StringIO())
         output.rmdir()
         staging.rename(output)
     except BaseException:

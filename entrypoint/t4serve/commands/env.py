@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from t4serve.config.names import other_variables_markdown
 from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings, markdown_table
 from t4serve.errors import exit_codes_markdown
@@ -23,6 +24,11 @@ def reference_page() -> str:
         "the exit codes (`errors.py`); `tests/unit/test_readme_env.py` keeps this page equal to them.\n\n"
         "## Environment\n\n"
         f"{markdown_table()}\n"
+        "## Other T4SERVE_ variables\n\n"
+        "Not settings of the server: read by the host tools, compose.yaml, the scripts and the tests. Any other "
+        "`T4SERVE_*` variable is refused by every command (exit 2) with the closest name, so a typo is never "
+        "ignored.\n\n"
+        f"{other_variables_markdown()}\n"
         "## Exit codes\n\n"
         "Every command keeps to one table of exit codes, in every output form (`--json` or text):\n\n"
         f"{exit_codes_markdown()}"

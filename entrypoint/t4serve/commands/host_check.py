@@ -14,7 +14,6 @@ from pathlib import Path
 
 import click
 
-from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
 
@@ -31,15 +30,26 @@ project_option = click.option(
 
 @click.command("host-check")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option(
+    "--model",
+    metavar="MODEL",
+    default=None,
+    help="The checkpoint whose download and load are counted: qat, bf16, an HF repo id or a directory "
+    "(default: T4SERVE_MODEL, else qat).",
+)
 @compose_file_option
 @project_option
-@settings_options
-def command(as_json: bool, compose_file: Path | None, project: str | None, settings: Settings) -> int:
-    """Check the host: NVIDIA driver, Container Toolkit, Docker disk, RAM + swap, shared memory; exit 3 on a failure."""
+def command(as_json: bool, model: str | None, compose_file: Path | None, project: str | None) -> int:
+    """Check the host: NVIDIA driver, Container Toolkit, Docker disk, RAM + swap, shared memory; exit 3 on a failure.
+
+    The first thing to run on a new host. Settings other than the model come from the environment, as the
+    container's do (`t4serve env`)."""
     from t4serve.host.docker import engine_from_environ
     from t4serve.host.hostcheck import check_host
     from t4serve.preflight import format_table, has_failures
 
+    overrides = {"T4SERVE_MODEL": model} if model else {}
+    settings = Settings.from_environ(os.environ, overrides=overrides)
     engine = engine_from_environ(os.environ, compose_file=compose_file, project=project)
     findings = check_host(settings, os.environ, engine, engine.compose_file)
     if as_json:

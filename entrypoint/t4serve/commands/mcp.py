@@ -1,15 +1,15 @@
 """`t4serve mcp [--http HOST:PORT] [--read-only] [--disable-destructive] [--toolsets ...] [--deny-tools ...]`: the
 deployment's tools for an AI assistant, over MCP.
 
-Runs on the host (pip install 't4serve[mcp]', or uvx) and manages the compose deployment through the Docker Engine
-(t4serve.host.engine); the tools are in t4serve.mcp (published by t4serve.mcp.server) and docs/mcp.md lists them. The
-operator shapes what an assistant may do: only the read-only tools, none of the destructive ones, only some tool sets,
-or not some tools. stdio by default; `--http` serves streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1 unless told
-otherwise, and then requires a bearer token from T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an error) and
-checks the Host and Origin headers against an allow-list (the MCP SDK's DNS-rebinding protection, on). The token is
-compared in constant time and never logged; the scheme is matched case-insensitively (RFC 9110). This server has no
-OAuth: a 401 says to send the static token, and the OAuth discovery paths answer 404 saying the same, so a client does
-not go looking for an authorization server.
+Runs on the host (`pip install '.[mcp]'` from a checkout of t4serve, or uvx) and manages the compose deployment through
+the Docker Engine (t4serve.host.engine); the tools are in t4serve.mcp (published by t4serve.mcp.server) and docs/mcp.md
+lists them. The operator shapes what an assistant may do: only the read-only tools, none of the destructive ones, only
+some tool sets, or not some tools. stdio by default; `--http` serves streamable HTTP at http://HOST:PORT/mcp, 127.0.0.1
+unless told otherwise, and then requires a bearer token from T4SERVE_MCP_TOKEN or T4SERVE_MCP_TOKEN_FILE (both set is an
+error) and checks the Host and Origin headers against an allow-list (the MCP SDK's DNS-rebinding protection, on). The
+token is compared in constant time and never logged; the scheme is matched case-insensitively (RFC 9110). This server
+has no OAuth: a 401 says to send the static token, and the OAuth discovery paths answer 404 saying the same, so a client
+does not go looking for an authorization server.
 """
 
 from __future__ import annotations
@@ -268,7 +268,9 @@ def command(
             "t4serve mcp needs the MCP SDK",
             found=f"{exc}",
             required="t4serve installed with its mcp extra",
-            fix="pip install 't4serve[mcp]' (or: uvx --from 't4serve[mcp]' t4serve mcp)",
+            # t4serve is installed from its checkout: no package index publishes it.
+            fix="from a checkout of t4serve: pip install '.[mcp]' (or: uvx --from '/path/to/t4serve[mcp]' t4serve "
+            "mcp)",
         ) from None
     from t4serve.host.docker import engine_from_environ
 

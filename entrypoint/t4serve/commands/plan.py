@@ -23,13 +23,14 @@ from t4serve.planning.plan import plan
 @facts_options("Plan for")
 @settings_options
 def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Settings) -> int:
-    """Print the exact `vllm serve` command t4serve would run, each derived number with its arithmetic."""
+    """Print the answer in one line (fits or not, request length, streams, swap to add), then the exact `vllm serve`
+    command t4serve would run with each derived number's arithmetic, then the settings."""
     facts = ensure_model(settings, read_facts(settings, facts_file, gpu))
     the_plan = plan(settings, facts)
     if as_json:
         click.echo(json.dumps({"settings": settings.to_dict(), "plan": the_plan.to_dict()}, indent=2))
     else:
-        click.echo("settings:\n" + settings.summary() + "\n\nplan:\n" + the_plan.summary())
+        click.echo(f"answer: {the_plan.answer()}\n\nplan:\n{the_plan.summary()}\n\nsettings:\n{settings.summary()}")
     model = facts.model
     if model is not None and model.source == "invalid":
         # The plan above is printed for what it can say; with no checkpoint to size it is no plan to run: exit 2

@@ -27,6 +27,8 @@ def describe_manifest(manifest: BuildManifest) -> str:
             f"image:    torch {manifest.torch_version} (CUDA {manifest.torch_cuda_version}, "
             f"{' '.join(manifest.torch_arch_list)}), vLLM {manifest.vllm_version}{clamp}"
         )
+    if manifest.error and manifest.path in manifest.error:
+        return f"image:    {manifest.error}"  # the reason names the file already
     return f"image:    no build manifest at {manifest.path} ({manifest.error or 'missing'})"
 
 

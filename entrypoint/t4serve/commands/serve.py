@@ -10,6 +10,7 @@ t4serve.supervise.pid1, which reaps and sets the exit code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -21,8 +22,8 @@ import click
 from t4serve.atomic import write_atomic
 from t4serve.config.options import settings_options
 from t4serve.config.secrets import secret_environment
-from t4serve.config.settings import Settings
-from t4serve.errors import InternalError, PreflightError
+from t4serve.config.settings import Settings, with_model
+from t4serve.errors import ConfigError, InternalError, PreflightError
 from t4serve.supervise import pid1
 from t4serve.supervise.render import SupervisorInputs, render_supervisord_conf, run_spec
 from t4serve.supervise.state import (
@@ -34,6 +35,7 @@ from t4serve.supervise.state import (
     write_run_spec,
     write_state,
 )
+from t4serve.untrusted import printable
 
 
 def _say(text: str) -> None:
@@ -49,12 +51,31 @@ def child_environment(settings: Settings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
+def with_model_argument(settings: Settings, model: str) -> Settings:
+    """`settings` with the MODEL argument as T4SERVE_MODEL (over the variable, as a flag is); refused beside --model."""
+    if settings.origins.get("T4SERVE_MODEL") == "flag":
+        raise ConfigError(
+            "the model is given twice: the MODEL argument and --model",
+            found=f"MODEL argument {printable(model)[:200]!r} and --model {settings.model.requested!r}",
+            required="one model: `t4serve serve MODEL` or `t4serve serve --model MODEL`",
+            fix="drop one of the two",
+        )
+    chosen = with_model(settings, model, label="the MODEL argument")
+    return dataclasses.replace(chosen, origins={**settings.origins, "T4SERVE_MODEL": "flag"})
+
+
 @click.command("serve")
+@click.argument("model_argument", metavar="[MODEL]", required=False)
 @settings_options
-def command(settings: Settings) -> int:
-    """Check the machine, size vLLM to it, and run it under supervision (the container's entrypoint)."""
+def command(model_argument: str | None, settings: Settings) -> int:
+    """Check the machine, size vLLM to it, and run it under supervision (the container's entrypoint).
+
+    MODEL, as `vllm serve MODEL` takes it, is the same as --model (T4SERVE_MODEL)."""
     from t4serve.pipeline import gather_facts, prepare
     from t4serve.preflight import format_table, has_failures
+
+    if model_argument is not None:
+        settings = with_model_argument(settings, model_argument)
 
     started_at = time.time()
     # What an earlier run left in a state folder that outlived its container (as an emptyDir does across a container

@@ -91,6 +91,8 @@ class SecretFileHelp:
     compose: str
     # How such a file comes to be empty, when there is a common way.
     trap: str = ""
+    # What puts the file there when it is missing, when more than "set NAME" can be said.
+    missing: str | None = None
 
     def fill(self, uid: int) -> str:
         return f"(umask 077 && {self.writes} > {self.host_file}) && chown {uid} {self.host_file}"
@@ -109,7 +111,7 @@ def _secret_file(
         try:
             text = read_secret_file(path)
         except FileNotFoundError:
-            raise Invalid(f"must name an existing file ({path} does not exist)", example) from None
+            raise Invalid(f"must name an existing file ({path} does not exist)", example, fix=help.missing) from None
         except untrusted.Untrusted as exc:
             unreadable = _unreadable(path, uid)
             if unreadable is not None:
@@ -208,8 +210,14 @@ class SecretPair:
 HF_TOKEN_HELP = SecretFileHelp(
     "hf_... (a Hugging Face token: https://huggingface.co/settings/tokens)",
     "printf %s hf_YOURTOKEN", "secrets/hf_token",
-    "compose's hf_token secret (HF_TOKEN_SECRET_FILE names another host file)",
-    ' (`printf %s "$HF_TOKEN"` writes an empty file when HF_TOKEN is unset in that shell)',
+    "compose.token-file.yaml's hf_token secret (HF_TOKEN_SECRET_FILE names another host file; with compose.yaml, "
+    "HF_TOKEN=hf_... in the environment compose runs in instead)",
+    ' (`printf %s "$HF_TOKEN"` writes an empty file when HF_TOKEN is unset in that shell, and compose.yaml copies an '
+    "empty HF_TOKEN as an empty file)",
+    "give the container the token: with compose.yaml, `HF_TOKEN=hf_... docker compose up` (compose copies it to "
+    "/run/secrets/hf_token; an empty HF_TOKEN gives no file in newer Compose); with compose.token-file.yaml, write "
+    "secrets/hf_token (that file's second line); with `docker run`, mount the file there "
+    "(`-v $PWD/secrets/hf_token:/run/secrets/hf_token:ro`)",
 )
 API_KEY_HELP = SecretFileHelp(
     API_KEY_EXAMPLE, "openssl rand -hex 32", "secrets/api_key",

@@ -558,15 +558,18 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_model(settings: Settings, raw: str, environ: Mapping[str, str] | None = None) -> Settings:
-    """`settings` with T4SERVE_MODEL set to `raw` (checked by the row's own parser; a ConfigError names it), its served
-    name following the model unless one was set. `t4serve profiles` plans several checkpoints under one setting."""
+def with_model(
+    settings: Settings, raw: str, environ: Mapping[str, str] | None = None, label: str | None = None
+) -> Settings:
+    """`settings` with T4SERVE_MODEL set to `raw` (checked by the row's own parser; a ConfigError names it, as `label`
+    where it was given otherwise than by --model), its served name following the model unless one was set.
+    `t4serve profiles` plans several checkpoints under one setting; `serve MODEL` takes its argument so."""
     var = VARIABLES_BY_NAME["T4SERVE_MODEL"]
     ctx = Context(dict(os.environ if environ is None else environ), Path.cwd())
     try:
         model: ModelChoice = var.parse(checked_text(var, raw), ctx)
     except Invalid as exc:
-        raise setting_error(var, raw, "flag", exc.reason, exc.example, exc.fix, None, exc.shown) from None
+        raise setting_error(var, raw, "flag", exc.reason, exc.example, exc.fix, label, exc.shown) from None
     served = settings.served_model_name
     if settings.origins.get("T4SERVE_SERVED_MODEL_NAME", "default") == "default":
         served = model.repo_id or Path(model.target).name

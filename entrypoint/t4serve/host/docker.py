@@ -36,6 +36,7 @@ from t4serve.atomic import write_atomic
 from t4serve.errors import EngineError
 from t4serve.host.engine import (
     BUILD_TIMEOUT_S,
+    COMPOSE_TOO_OLD_FIX,
     MANIFEST_PATH,
     Cancelled,
     Completed,
@@ -312,6 +313,11 @@ class DockerCli:
         return env
 
     # ----- engine and image
+    def compose_version(self) -> tuple[str, str]:
+        self._compose = self._compose or find_compose(self.docker, self.environ)
+        answer = self._checked([*self._compose, "version", "--short"], "compose version", QUICK_TIMEOUT_S)
+        return " ".join(self._compose), printable((answer.strip().splitlines() or [""])[0])[:40]
+
     def info(self) -> EngineInfo:
         argv = [self.docker, "info", "--format", "{{json .}}"]
         raw = client_json(self._checked(argv, "docker info", QUICK_TIMEOUT_S), "docker info", argv)
@@ -564,8 +570,12 @@ def _fix_for(last_line: str) -> str:
         return "add this user to the docker group (`sudo usermod -aG docker $USER`, then log in again)"
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return ENGINE_FIX
+    if "'environment' does not match" in text:  # docker-compose 1.29 on compose.yaml's hf_token secret
+        return f"{COMPOSE_TOO_OLD_FIX}; or --compose-file compose.token-file.yaml (or T4SERVE_COMPOSE_FILE)"
     if "secret" in text and ("not found" in text or "no such file" in text):
-        return "write the HF token to the secret file compose.yaml names (README: First run)"
+        return "write the HF token to the secret file compose.token-file.yaml names (its second line)"
+    if "environment variable" in text and "hf_token" in text:
+        return "give compose the token: HF_TOKEN=hf_... in the environment it runs in (compose.yaml's hf_token secret)"
     if "port is already allocated" in text or "address already in use" in text:
         return "stop what holds the port, or start with another publish_port"
     return "run the same command by hand to see its whole output"

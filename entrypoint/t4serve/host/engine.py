@@ -108,6 +108,16 @@ class Mount:
     target: str
 
 
+# Compose v2.20 is the first to copy a secret from the environment readable by a non-root user (mode 0444; before it
+# 0400, root's), as compose.yaml's hf_token is; docker-compose 1.29 refuses such a secret.
+COMPOSE_ENV_SECRET_VERSION = (2, 20, 0)
+COMPOSE_TOO_OLD_FIX = (
+    "install Compose v2.20 or later (Docker's docker-compose-plugin package, or the distribution's Compose v2 "
+    "package), or use the file route: `DOCKER_BUILDKIT=1 docker-compose -f compose.token-file.yaml up` with "
+    "the token in secrets/hf_token (that file's second line writes it)"
+)
+
+
 class Engine(Protocol):
     """What the host-side tools need from the Docker Engine."""
 
@@ -121,6 +131,10 @@ class Engine(Protocol):
     def project(self) -> str | None: ...
 
     def info(self) -> EngineInfo: ...
+
+    def compose_version(self) -> tuple[str, str]:
+        """The compose client (its command, as words) and its version as it answers `version --short`."""
+        ...
 
     def image(self) -> ImageInfo | None: ...
 

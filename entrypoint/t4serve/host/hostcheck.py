@@ -21,7 +21,14 @@ from t4serve.config.variables import MAX_SIZE_BYTES
 from t4serve.contract import ManifestAnswer, read_answer
 from t4serve.errors import EngineError
 from t4serve.facts import BuildManifest, Facts, GpuFacts
-from t4serve.host.engine import MANIFEST_PATH, Engine, EngineInfo, ImageInfo
+from t4serve.host.engine import (
+    COMPOSE_ENV_SECRET_VERSION,
+    COMPOSE_TOO_OLD_FIX,
+    MANIFEST_PATH,
+    Engine,
+    EngineInfo,
+    ImageInfo,
+)
 from t4serve.pipeline import probe_settings_model
 from t4serve.planning.derived import format_bytes
 from t4serve.preflight import (
@@ -83,7 +90,7 @@ def image_manifest(engine: Engine, image: ImageInfo | None) -> BuildManifest:
 
 def host_gpu(environ: Mapping[str, str], nvml: Nvml | None = None) -> GpuFacts:
     """NVML on the host: the driver and every GPU it sees (NVIDIA_VISIBLE_DEVICES does not apply here)."""
-    return probe_gpu({k: v for k, v in environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES",)}, nvml)
+    return probe_gpu({k: v for k, v in environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES",)}, nvml, on_host=True)
 
 
 def host_facts(
@@ -91,17 +98,17 @@ def host_facts(
     environ: Mapping[str, str],
     engine: Engine,
     *,
-    info: EngineInfo,
+    info: EngineInfo | None,
     image: ImageInfo | None,
     manifest: BuildManifest | None = None,
     nvml: Nvml | None = None,
     proc_root: str = "/proc",
     sys_root: str = "/sys",
 ) -> Facts:
-    """Facts as the host sees them: its GPU and memory, Docker's data root as the one disk, the image's manifest."""
-    host = probe_host(
-        disk_paths={"docker_data_root": info.data_root}, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=()
-    )
+    """Facts as the host sees them: its GPU and memory, Docker's data root as the one disk (none without an engine,
+    `info` None, which alone knows where that is), the image's manifest."""
+    disks = {"docker_data_root": info.data_root} if info is not None else {}
+    host = probe_host(disk_paths=disks, ports=[], proc_root=proc_root, sys_root=sys_root, affinity=())
     return recorded_now(
         gpu=host_gpu(environ, nvml),
         host=host,
@@ -134,6 +141,52 @@ def compose_limits(compose_text: str) -> tuple[int | None, int | None, bool]:
     return size("shm_size"), size("mem_limit"), ipc_host
 
 
+def compose_token_route(compose_text: str) -> str | None:
+    """How the compose file gives the HF token: "environment" (compose.yaml: its hf_token secret reads HF_TOKEN),
+    "file" (compose.token-file.yaml: a host file), or None (no hf_token secret found in its lines)."""
+    match = re.search(r"^secrets:\n(?:[ \t]*#.*\n|\n)*  hf_token:\n(?:[ \t]*#.*\n)*    (environment|file):",
+                      compose_text, re.MULTILINE)  # fmt: skip
+    return match.group(1) if match else None
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    match = re.match(r"v?([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})", text.strip())
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def check_compose_client(engine: Engine, compose_text: str, compose_file: Path) -> Finding:
+    """The compose client can read the compose file's token secret: one from the environment (compose.yaml) needs
+    Compose v2.20 or later; docker-compose 1.29 refuses the whole file."""
+    route = compose_token_route(compose_text)
+    needs = COMPOSE_ENV_SECRET_VERSION if route == "environment" else None
+    required = (
+        "Compose v" + ".".join(map(str, needs)) + f" or later, which reads {compose_file.name}'s token from HF_TOKEN"
+        if needs
+        else "a compose client (`docker compose`, else docker-compose)"
+    )
+    try:
+        client, version = engine.compose_version()
+    except EngineError as exc:
+        return Finding("compose-client", "fail", exc.found or exc.what, required, exc.fix or "")
+    found = f"{client} {version}"
+    parsed = _version(version)
+    if needs is None:
+        return Finding("compose-client", "ok", f"{found}; {compose_file.name} reads the token from a file", required,
+                       "")  # fmt: skip
+    if parsed is None:
+        return Finding("compose-client", "warn", f"{found}: a version t4serve cannot read", required,
+                       COMPOSE_TOO_OLD_FIX)  # fmt: skip
+    if parsed < needs:
+        return Finding(
+            "compose-client",
+            "fail",
+            f"{found}, which cannot read {compose_file.name}'s hf_token secret from HF_TOKEN",
+            required,
+            COMPOSE_TOO_OLD_FIX,
+        )
+    return Finding("compose-client", "ok", f"{found}; {compose_file.name} reads the token from HF_TOKEN", required, "")
+
+
 def check_gpu_driver(gpu: GpuFacts) -> Finding:
     required = "the NVIDIA driver loaded on the host, with at least one GPU"
     if not gpu.nvml_available:
@@ -152,9 +205,22 @@ def check_gpu_driver(gpu: GpuFacts) -> Finding:
     return Finding("host-gpu", "ok", f"driver {gpu.driver_version}; {names}", required, "")
 
 
-def check_toolkit(info: EngineInfo, which: Callable[[str], str | None] = shutil.which) -> Finding:
+def check_toolkit(info: EngineInfo | None, which: Callable[[str], str | None] = shutil.which) -> Finding:
+    """The nvidia runtime in Docker's runtimes; without an engine (`info` None) only whether the toolkit's programs are
+    installed can be told."""
     required = "the NVIDIA Container Toolkit, configured as a Docker runtime (or CDI specs for the engine)"
     ctk = which("nvidia-ctk") or which("nvidia-container-runtime")
+    if info is None:
+        if ctk:
+            return Finding(
+                "container-toolkit",
+                "warn",
+                f"{ctk} is installed; whether Docker has the nvidia runtime needs the engine, which did not answer",
+                required,
+                "start the Docker engine, then run host-check again",
+            )
+        return Finding("container-toolkit", "fail", "no nvidia-ctk on PATH (and no Docker engine to ask)", required,
+                       TOOLKIT_FIX)  # fmt: skip
     if "nvidia" in info.runtimes:
         default = " (the default runtime)" if info.default_runtime == "nvidia" else ""
         return Finding(
@@ -255,23 +321,30 @@ def check_host(
     sys_root: str = "/sys",
     which: Callable[[str], str | None] = shutil.which,
 ) -> list[Finding]:
-    """Every host check, in the order their failures get more expensive to find later."""
+    """Every host check, in the order their failures get more expensive to find later. Without a Docker engine the
+    checks that need none (driver, GPU, memory, compose's /dev/shm) are still made, beside the engine's failure."""
+    info: EngineInfo | None
     try:
         info = engine.info()
+        docker = Finding(
+            "docker", "ok", f"Docker {info.server_version}, data root {info.data_root}", "a Docker engine", ""
+        )
     except EngineError as exc:
-        return [Finding("docker", "fail", exc.found or exc.what, "a Docker engine this user can reach", exc.fix or "")]
-    image = engine.image()
+        info = None
+        docker = Finding("docker", "fail", exc.found or exc.what, "a Docker engine this user can reach", exc.fix or "")
+    image = engine.image() if info is not None else None
+    # Without an engine no image can be read: the manifest is absent for that reason, not looked for.
+    manifest = None if info is not None else BuildManifest(path=MANIFEST_PATH, present=False, error="no Docker engine")
     facts = host_facts(
-        settings, environ, engine, info=info, image=image, nvml=nvml, proc_root=proc_root, sys_root=sys_root
-    )
-    findings = [
-        Finding("docker", "ok", f"Docker {info.server_version}, data root {info.data_root}", "a Docker engine", ""),
-        check_gpu_driver(facts.gpu),
-    ]
+        settings, environ, engine, info=info, image=image, manifest=manifest, nvml=nvml, proc_root=proc_root,
+        sys_root=sys_root,
+    )  # fmt: skip
+    findings = [docker, check_gpu_driver(facts.gpu)]
     if facts.gpu.nvml_available:
         findings.append(check_driver(facts))
     findings.append(check_toolkit(info, which))
-    findings.append(check_docker_disk(facts, image, settings))
+    if info is not None:
+        findings.append(check_docker_disk(facts, image, settings))
     try:
         # The shared bounded reader: a FIFO, /dev/zero or a huge file is refused at once, never waited on or read whole.
         compose_text = read_text_bounded(compose_file, MAX_COMPOSE_BYTES, "the compose file")
@@ -293,6 +366,7 @@ def check_host(
         facts = dataclasses.replace(facts, host=dataclasses.replace(facts.host, cgroup_memory_limit_bytes=mem_limit))
     findings.append(check_host_memory(facts, settings))
     findings.append(check_compose_shm(shm, ipc_host, compose_file))
+    findings.append(check_compose_client(engine, compose_text, compose_file))
     return findings
 
 

@@ -35,10 +35,11 @@ from t4serve.config.secrets import read_secret_file
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.host.engine import Cancelled, Engine, cancelled_by
+from t4serve.host.hostcheck import MAX_COMPOSE_BYTES, compose_token_route
 from t4serve.mcp.deploylock import Holder, hold, lock_file
 from t4serve.mcp.models import StatusOut
 from t4serve.probes.gpu import Nvml
-from t4serve.untrusted import REDACTED, Untrusted, shown
+from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -184,7 +185,8 @@ def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapp
                 f"settings: {name} cannot be passed through a tool",
                 found=f"{name} in the settings",
                 required="no secrets in tool arguments (they would pass through the assistant)",
-                fix="the HF token goes in compose.yaml's hf_token secret file; the API key as docs/operations.md's "
+                fix="the HF token goes in t4serve mcp's own environment (HF_TOKEN: compose.yaml's hf_token secret "
+                "reads it) or compose.token-file.yaml's secret file; the API key as docs/operations.md's "
                 "'Exposing the port' describes",
             )
         if name == "T4SERVE_MODEL":
@@ -318,9 +320,17 @@ class ToolEnv:
     def secrets(self) -> list[str]:
         return known_secrets(self.environ, [self.token_file()])
 
+    def token_route(self) -> str | None:
+        """How the compose file gives the HF token: "environment" (compose.yaml: HF_TOKEN in compose's environment,
+        this process's), "file" (compose.token-file.yaml: token_file), None when unreadable or without that secret."""
+        try:
+            return compose_token_route(read_text_bounded(self.compose_file, MAX_COMPOSE_BYTES, "the compose file"))
+        except (OSError, Untrusted):
+            return None
+
     def token_file(self) -> Path:
-        """compose.yaml's hf_token secret file as compose finds it: HF_TOKEN_SECRET_FILE, else ./secrets/hf_token,
-        a relative path from the compose project's folder."""
+        """compose.token-file.yaml's hf_token secret file as compose finds it: HF_TOKEN_SECRET_FILE, else
+        ./secrets/hf_token, a relative path from the compose project's folder."""
         raw = self.environ.get("HF_TOKEN_SECRET_FILE") or "./secrets/hf_token"
         return Path(raw) if Path(raw).is_absolute() else self.engine.project_directory / raw
 

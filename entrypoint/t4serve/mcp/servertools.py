@@ -129,7 +129,7 @@ class ServerTools(ToolGroup):
                     required="no running t4serve container in this compose project",
                     fix="call stop_vllm_server first, or server_status to follow the running one",
                 )
-            self._check_secret_file()
+            self._check_token()
             await progress.say(f"compose up: {chosen.model.target}")
             container = await blocking(progress, "compose up", lambda: self.engine.up(environment, compose_env, mounts))
             container, status = await self._confirm_start(progress, container)
@@ -217,15 +217,29 @@ class ServerTools(ToolGroup):
             fix=f"{fix}; then stop_vllm_server (it removes the failed container) and start again",
         )
 
-    def _check_secret_file(self) -> None:
-        """compose.yaml's hf_token secret must exist (docker-compose 1.29 refuses to start without it); its content
-        is not read here (known_secrets reads it, for redaction only)."""
+    def _check_token(self) -> None:
+        """The HF token where the compose file takes it from: HF_TOKEN in this process's environment, which compose
+        inherits (compose.yaml), else the secret file (compose.token-file.yaml: docker-compose 1.29 refuses to start
+        without it). Its content is not read here (known_secrets reads it, for redaction only)."""
+        if self.env.token_route() == "environment":
+            if not self.env.environ.get("HF_TOKEN", "").strip():
+                state = "an empty HF_TOKEN" if "HF_TOKEN" in self.env.environ else "no HF_TOKEN"
+                raise ConfigError(
+                    "start_vllm_server: compose has no HF token to give the server",
+                    found=f"{self.env.compose_file.name} reads the token from HF_TOKEN (its hf_token secret); t4serve "
+                    f"mcp runs with {state} in its environment, which compose inherits",
+                    required="HF_TOKEN in t4serve mcp's environment (compose copies it into the container as a file)",
+                    fix="start t4serve mcp with HF_TOKEN=hf_... in its environment (the MCP client's `env`, "
+                    "docs/mcp.md), or with --compose-file compose.token-file.yaml and that file's secret file (Gemma "
+                    "is gated: accept its licence on huggingface.co)",
+                )
+            return
         path = self.env.token_file()
         if not path.is_file():
             raise ConfigError(
                 "start_vllm_server: the HF token secret file is missing",
                 found=f"{path}: no such file",
-                required="the file compose.yaml's hf_token secret names (HF_TOKEN_SECRET_FILE, else "
+                required=f"the file {self.env.compose_file.name}'s hf_token secret names (HF_TOKEN_SECRET_FILE, else "
                 "./secrets/hf_token)",
                 fix=f'mkdir -p {path.parent} && (umask 077 && printf %s "${{HF_TOKEN:?}}" > {path}) && '
                 f"chown 1000 {path} (sudo chown unless you are root or uid 1000; Gemma is gated: accept its "

@@ -41,6 +41,7 @@ from t4serve.planning.attention import AttentionChoice, choose_attention
 from t4serve.planning.derived import Derived, format_bytes
 from t4serve.planning.sizing import Sizing, SizingInputs, size, text_config
 from t4serve.serde import to_dict
+from t4serve.units import GIB
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -102,6 +103,28 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def answer(self) -> str:
+        """The plan in one line: whether the model fits the card, its request length and streams, and the swap the
+        host must add to load it (`t4serve plan` prints it first)."""
+        reason = (self.sizing_error or "sizing did not run").splitlines()[0]
+        if self.gpu is None:
+            return f"no answer: {reason}"
+        card = f"{self.gpu.name} ({format_bytes(self.gpu.memory_total_bytes)})"
+        if self.sizing is None:
+            return f"cannot plan for a {card}: {reason}"
+        sizing = self.sizing
+        # Sizing rounds the swap to add up to whole GiB, as scripts/setup-swap takes it.
+        swap_gib = -(-int(sizing.swap_to_add_bytes.value) // GIB)
+        load = (
+            f"loading needs {swap_gib} GiB more swap on this host (sudo scripts/setup-swap {swap_gib}G)"
+            if swap_gib > 0
+            else "loading fits this host's RAM + swap"
+        )
+        return (
+            f"fits a {card}: {int(sizing.max_model_len.value):,}-token requests, {int(sizing.max_num_seqs.value)} at "
+            f"once ({int(sizing.kv_tokens.value):,} KV tokens); {load}"
+        )
 
     def summary(self) -> str:
         lines = [f"command: {self.command_line()}", ""]

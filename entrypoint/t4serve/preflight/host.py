@@ -13,6 +13,7 @@ from t4serve.planning.derived import format_bytes
 from t4serve.planning.plan import Plan
 from t4serve.preflight.findings import Finding
 from t4serve.preflight.model import NOT_LOCAL_SOURCES
+from t4serve.probes.checkpoint import builtin_facts
 from t4serve.probes.host import MEMINFO_KEYS
 from t4serve.units import GIB, MIB
 from t4serve.untrusted import Untrusted, check_host, printable
@@ -103,7 +104,8 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
         return Finding("host-memory", "ok", found, required, "")
     host = facts.host
     limit = host.cgroup_memory_limit_bytes
-    if limit is not None and limit + (host.cgroup_swap_limit_bytes or 0) < need.value:
+    limited = limit is not None and limit + (host.cgroup_swap_limit_bytes or 0) < need.value
+    if limited:
         # Swap on the host does not help past the container's own limit.
         fix = (
             f"raise the container's memory limit to at least {_gib_ceil(int(need.value))}G "
@@ -111,10 +113,28 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
         )
     else:
         fix = f"add swap on the host: `sudo scripts/setup-swap {_gib_ceil(add)}G`"
-    if settings.model.target != QAT_REPO:
-        fix += ", or set T4SERVE_MODEL=qat (int4 weights need less host memory to load)"
+    fix += _qat_instead(settings, host, limited)
     short = int(need.value) - int(usable.value) if usable else int(need.value)
     return Finding("host-memory", "fail", found + f"; {format_bytes(short)} short", required, fix)
+
+
+def _qat_instead(settings: Settings, host: HostFacts, limited: bool) -> str:
+    """The QAT checkpoint as the other fix, with what it needs here: less than the others, but on a small host not
+    nothing (the published T4 VM: 5 GiB of swap to add for QAT too). `limited`: the container's memory limit, not the
+    host's swap, is what falls short."""
+    qat = builtin_facts(QAT_REPO, "its size is known without a download")
+    if settings.model.target == QAT_REPO or qat is None:
+        return ""
+    estimate = hostmem.estimate(qat, host)
+    if limited:
+        need = int(estimate.need_bytes.value)
+        if need <= (host.cgroup_memory_limit_bytes or 0) + (host.cgroup_swap_limit_bytes or 0):
+            return ", or set T4SERVE_MODEL=qat (its int4 weights load within this limit)"
+        return f", or set T4SERVE_MODEL=qat, which needs less but a limit of at least {_gib_ceil(need)}G too"
+    add = int(estimate.swap_to_add_bytes.value)
+    if add <= 0:
+        return ", or set T4SERVE_MODEL=qat (its int4 weights load within this host's RAM + swap)"
+    return f", or set T4SERVE_MODEL=qat, which needs less but swap too (`sudo scripts/setup-swap {_gib_ceil(add)}G`)"
 
 
 def _gib_ceil(n: int) -> int:

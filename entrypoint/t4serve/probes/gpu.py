@@ -70,9 +70,10 @@ class Nvml(Protocol):
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...
 
 
-def probe_gpu(environ: Mapping[str, str], nvml: Nvml | None = None) -> GpuFacts:
+def probe_gpu(environ: Mapping[str, str], nvml: Nvml | None = None, on_host: bool = False) -> GpuFacts:
     """Driver, CUDA driver version and every device NVML sees. `nvml=None` imports `pynvml` here (not at module level,
-    so commands that never look at the GPU don't load it)."""
+    so commands that never look at the GPU don't load it). `on_host`: the host side's probe (its errors name no
+    container)."""
     visible = {name: environ[name] for name in VISIBLE_DEVICES_VARIABLES if name in environ}
     if nvml is None:
         try:
@@ -91,7 +92,7 @@ def probe_gpu(environ: Mapping[str, str], nvml: Nvml | None = None) -> GpuFacts:
     except nvml.NVMLError as exc:
         return GpuFacts(
             nvml_available=False,
-            error=describe_init_error(exc),
+            error=describe_init_error(exc, on_host),
             driver_version=None,
             cuda_driver_version=None,
             visible_devices_env=visible,
@@ -188,9 +189,15 @@ def cuda_version_tuple(encoded: int) -> tuple[int, int]:
     return encoded // 1000, (encoded % 1000) // 10
 
 
-def describe_init_error(exc: Exception) -> str:
-    """What a failed nvmlInit means, in words naming what is missing."""
+# On the host (t4serve host-check) no container is involved: the library is missing because the driver is.
+_HOST_LIBRARY_NOT_FOUND = "libnvidia-ml.so.1 not found: the NVIDIA driver is not installed on this host"
+
+
+def describe_init_error(exc: Exception, on_host: bool = False) -> str:
+    """What a failed nvmlInit means, in words naming what is missing (`on_host`: as the host sees it, no container)."""
     code = getattr(exc, "value", None)
+    if on_host and code == NVML_ERROR_LIBRARY_NOT_FOUND:
+        return f"{_HOST_LIBRARY_NOT_FOUND} [NVML: {exc}]"
     if isinstance(code, int) and code in _INIT_ERRORS:
         return f"{_INIT_ERRORS[code]} [NVML: {exc}]"
     return f"NVML initialisation failed: {_nvml_error_text(exc)}"

@@ -49,13 +49,20 @@ def cold_budget_note(model: str) -> str:
     return f"; a cold start (download, load, compile) is budgeted at up to {fmt_duration(budget.total_seconds)}"
 
 
+# What recreates a container after its setting is fixed, for each way t4serve's container is started.
+RECREATE_AFTER_FIX = (
+    "recreate the container with the setting fixed: `docker compose up -d` (docker-compose 1.29: `docker-compose -f "
+    "compose.yaml up -d`; plain Docker: `docker rm -f` it and `docker run` again), or stop it (`docker compose down`)"
+)
+
+
 def render_config_error(record: ConfigErrorRecord, now: float) -> str:
     """`t4serve status` of a container whose `serve` stopped on a configuration error and waits (no vLLM runs)."""
     since = f" for {fmt_duration(now - record.stopped_at)}" if record.stopped_at > 0 else ""
     lines = [f"phase:    {PHASE_LABELS[CONFIG_ERROR]}{since}", f"error:    {record.what}"]
     lines += [f"{name + ':':<10}{value}" for name, value in (("found", record.found), ("required", record.required),
                                                              ("fix", record.fix)) if value is not None]
-    lines.append("then:     `docker compose up -d` (it recreates the container), or `docker compose down`")
+    lines.append(f"then:     {RECREATE_AFTER_FIX}")
     return "\n".join(lines)
 
 

@@ -74,6 +74,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "T4SERVE_GPU_AS_T4": "tests/gpu: the GPU host's T4 mode, in every vLLM process",
     "T4SERVE_GPU_AS_T4_RECORDS": "tests/gpu",
     "T4SERVE_GPU_LAUNCHES": "tests/gpu",
+    "T4SERVE_GPU_TURING_CHOICE": "tests/gpu",
     "T4SERVE_DIST_DIR": "tests/gpu",
 }
 # The image tests' stand-in for vLLM (tests/standin/vllm_standin.py) reads its knobs under this prefix; no setting

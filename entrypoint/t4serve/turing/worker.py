@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -119,60 +120,92 @@ def compile_for_turing(launch: Any) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 1), **figures}
 
 
-def table_rows(module: Any, torch: Any) -> list[dict[str, Any]]:
-    rows = []
-    for (phase, head, kv_mode), launch in sorted(LAUNCHES.items()):
-        recorded_launch = recorded(module, torch, phase, head, kv_mode, {(phase, head, kv_mode): launch})
-        k = recorded_launch.kwargs
-        figures = compile_for_turing(recorded_launch)
-        row = {"kernel": "kernel_unified_attention", "phase": phase, "head_size": head,
-               "kv_cache": KV_MODES[kv_mode], "arch": "sm_75", "launch": launch.describe(),
-               "tensor_cores": launch.tensor_cores, "tile_size": int(k["TILE_SIZE"]), "block_m": int(k["BLOCK_M"]),
-               "tensor_core_instructions": figures["hmma"], **figures}
-        say(f"  {phase:<7} head {head:<3} {KV_MODES[kv_mode]:<6} {launch.describe():<60} "
-            f"{row['shared_memory_bytes']:>7,} B {row['registers']:>3} regs {row['spill_bytes']:>5} B spills "
-            f"{row['hmma']:>4} HMMA ({figures['seconds']} s)")
-        rows.append(row)
-    return rows
+# The module and torch the jobs use, set before the pool forks (its children inherit them).
+_LOADED: dict[str, Any] = {}
 
 
-def step1_rows(module: Any, torch: Any) -> list[dict[str, Any]]:
-    """Every FMA combination at E2B's heads, 16-bit cache: warps x register cap x tile (prefill; decode keeps vLLM's
-    tile, which its reduction shares)."""
-    rows = []
+def table_job(key: tuple[str, int, int]) -> dict[str, Any]:
+    """One row of the launch table, recorded through TuringLaunches and compiled."""
+    phase, head, kv_mode = key
+    launch = LAUNCHES[key]
+    recorded_launch = recorded(_LOADED["module"], _LOADED["torch"], phase, head, kv_mode, {key: launch})
+    k = recorded_launch.kwargs
+    figures = compile_for_turing(recorded_launch)
+    return {"kernel": "kernel_unified_attention", "phase": phase, "head_size": head, "kv_cache": KV_MODES[kv_mode],
+            "arch": "sm_75", "launch": launch.describe(), "tensor_cores": launch.tensor_cores,
+            "tile_size": int(k["TILE_SIZE"]), "block_m": int(k["BLOCK_M"]),
+            "tensor_core_instructions": figures["hmma"], **figures}
+
+
+def step1_job(combo: tuple[int, str, int, int | None, int | None]) -> dict[str, Any]:
+    """One FMA combination at an E2B head, 16-bit cache."""
+    head, phase, warps, maxnreg, tile = combo
+    launch = Launch(num_warps=warps, maxnreg=maxnreg, tensor_cores=False, tile_size=tile)
+    recorded_launch = recorded(_LOADED["module"], _LOADED["torch"], phase, head, 0, {(phase, head, 0): launch})
+    figures = compile_for_turing(recorded_launch)
+    return {"phase": phase, "head_size": head, "num_warps": warps, "maxnreg": maxnreg,
+            "tile_size": int(recorded_launch.kwargs["TILE_SIZE"]),
+            "fits": figures["shared_memory_bytes"] <= 65_536, **figures}
+
+
+def step1_combos() -> list[tuple[int, str, int, int | None, int | None]]:
+    """Every FMA combination at E2B's heads: warps x register cap x tile (prefill; decode keeps vLLM's tile, which
+    its reduction shares)."""
+    combos = []
     for head, phase in itertools.product(STEP1_HEADS, (PREFILL, DECODE)):
         tiles: tuple[int | None, ...] = STEP1_TILES if phase == PREFILL else (None,)
-        for warps, maxnreg, tile in itertools.product(STEP1_WARPS, STEP1_MAXNREG, tiles):
-            launch = Launch(num_warps=warps, maxnreg=maxnreg, tensor_cores=False, tile_size=tile)
-            recorded_launch = recorded(module, torch, phase, head, 0, {(phase, head, 0): launch})
-            figures = compile_for_turing(recorded_launch)
-            fits = figures["shared_memory_bytes"] <= 65_536
-            rows.append({"phase": phase, "head_size": head, "num_warps": warps, "maxnreg": maxnreg,
-                         "tile_size": int(recorded_launch.kwargs["TILE_SIZE"]), "fits": fits, **figures})
-            say(f"  step 1: {phase:<7} head {head} warps {warps} maxnreg {maxnreg or '-':<3} tile "
-                f"{rows[-1]['tile_size']:<2} {figures['shared_memory_bytes']:>7,} B {figures['registers']:>3} regs "
-                f"{figures['spill_bytes']:>5} B spills{'' if fits else ' (over 65,536 B: cannot launch)'}")
-    return rows
+        combos += [(head, phase, w, r, t) for w, r, t in itertools.product(STEP1_WARPS, STEP1_MAXNREG, tiles)]
+    return combos
+
+
+def run_jobs(job: Any, items: list[Any], workers: int) -> list[dict[str, Any]]:
+    """`job` over `items` in order, on `workers` forked processes (Triton's compiles are CPU-bound and single-threaded;
+    each process compiles into its own copy of the Triton cache directory's contents)."""
+    if workers <= 1:
+        return [job(item) for item in items]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return list(pool.imap(job, items))
+
+
+def say_row(row: dict[str, Any]) -> None:
+    if "launch" in row:
+        say(f"  {row['phase']:<7} head {row['head_size']:<3} {row['kv_cache']:<6} {row['launch']:<60} "
+            f"{row['shared_memory_bytes']:>7,} B {row['registers']:>3} regs {row['spill_bytes']:>5} B spills "
+            f"{row['hmma']:>4} HMMA ({row['seconds']} s)")
+    else:
+        say(f"  step 1: {row['phase']:<7} head {row['head_size']} warps {row['num_warps']} maxnreg "
+            f"{row['maxnreg'] or '-':<3} tile {row['tile_size']:<2} {row['shared_memory_bytes']:>7,} B "
+            f"{row['registers']:>3} regs {row['spill_bytes']:>5} B spills"
+            f"{'' if row['fits'] else ' (over 65,536 B: cannot launch)'} ({row['seconds']} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m t4serve.turing")
     parser.add_argument("target", type=Path, help="the clamped triton_unified_attention.py")
     parser.add_argument("--no-step1", dest="step1", action="store_false", help="the table's rows only")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="compiling processes")
     args = parser.parse_args(argv)
     started = time.monotonic()
     import torch
 
     from t4serve.turing import hook
 
-    module = clamp_worker.load_target(args.target)
+    _LOADED["module"] = clamp_worker.load_target(args.target)
+    _LOADED["torch"] = torch
     hook.install()
-    say(f"  loaded {args.target} with vLLM's imports; Triton's lowering hook {hook.HOOK_VERSION}")
+    say(f"  loaded {args.target} with vLLM's imports; Triton's lowering hook {hook.HOOK_VERSION}; "
+        f"{args.workers} compiling processes")
     say("the launch table, each row compiled for sm_75:")
-    result: dict[str, Any] = {"kernels": table_rows(module, torch)}
+    result: dict[str, Any] = {"kernels": run_jobs(table_job, sorted(LAUNCHES), args.workers)}
+    for row in result["kernels"]:
+        say_row(row)
     if args.step1:
         say("step 1: every FMA launch at Gemma 4 E2B's heads, compiled for sm_75:")
-        result["step1"] = step1_rows(module, torch)
+        result["step1"] = run_jobs(step1_job, step1_combos(), args.workers)
+        for row in result["step1"]:
+            say_row(row)
     result["padded_heads"] = sorted({padded_head_size(h) for h in SHAPES})
     result["seconds"] = round(time.monotonic() - started, 1)
     print(RESULT_PREFIX + json.dumps(result), flush=True)

@@ -41,6 +41,26 @@ def e2b_attention_flops(tokens: int) -> float:
             + SLIDING_LAYERS * attention_flops(256, 512, [0], [tokens]))
 
 
+# NVIDIA T4 datasheet: 320 GB/s of GDDR6; its L2 holds 4 MB, less than one full-attention layer's K and V at 4,096
+# tokens (8 MB at head 512), so a T4 may read them from DRAM once per query block.
+T4_DRAM_BYTES_PER_S = 320e9
+
+
+def kv_bytes(tokens: int, chunk: int, block_m: dict[int, int]) -> float:
+    """K and V bytes the attention kernels load for a prefill of `tokens` in chunks of `chunk` (16-bit cache, one KV
+    head, 8 query heads): each program of BLOCK_M // 8 query tokens reads the keys and values it attends to, per layer."""
+    total = 0.0
+    for layers, head, window in ((GLOBAL_LAYERS, 512, 0), (SLIDING_LAYERS, 256, 512)):
+        per_token = 2 * 2 * head  # K and V, 2 bytes each
+        step = block_m[head] // 8
+        for start in range(0, tokens, chunk):
+            for first in range(start, min(start + chunk, tokens), step):
+                last = min(first + step, tokens) - 1
+                keys = last + 1 if not window else min(last + 1, window + step - 1)
+                total += layers * keys * per_token
+    return total
+
+
 def fit(ttft_512_ms: float, ttft_4096_ms: float) -> tuple[float, float]:
     """(a in ms per token, R in FLOP per ms) from TTFT(N) = a N + A(N) / R at N = 512 and 4,096."""
     a512, a4096 = e2b_attention_flops(512), e2b_attention_flops(4096)
@@ -69,6 +89,15 @@ def model(kernels: dict[str, Any]) -> dict[str, Any]:
             row[f"ttft_ms_{tokens}_c1"] = round(per_token * tokens + attention_today / conservative)
         out["paths"][family] = row
     mma = out["paths"]["mma"]
+    # The bandwidth a T4 lacks: were every K and V load of the table's launches served from DRAM and never overlapped
+    # with compute, they would add this to the conservative figure.
+    from t4serve.turing.launch import LAUNCHES, PREFILL
+
+    rows = {head: (LAUNCHES[(PREFILL, head, 0)].block_m or 16) for head in (512, 256)}
+    dram_ms = kv_bytes(4096, 2048, rows) / T4_DRAM_BYTES_PER_S * 1000
+    mma["kv_bytes_4096"] = kv_bytes(4096, 2048, rows)
+    mma["t4_dram_ms_4096_if_no_l2_hits"] = round(dram_ms)
+    mma["ttft_ms_4096_c1_plus_dram_no_overlap"] = round(mma["ttft_ms_4096_c1"] + dram_ms)
     out["ttft_ms_4096_c1"] = mma["ttft_ms_4096_c1"]
     out["ttft_ms_4096_c1_as_measured_ratio"] = mma["ttft_ms_4096_c1_as_measured_ratio"]
     out["attention_speedup_4096_on_host"] = mma["speedup_4096"]
@@ -85,6 +114,9 @@ def model(kernels: dict[str, Any]) -> dict[str, Any]:
         "t4_tensor_tflops": {"value": T4_TENSOR_TFLOPS, "source": "NVIDIA T4 datasheet, FP16 with FP32 accumulate"},
         "host_fp32_tflops": {"value": HOST_FP32_TFLOPS, "source": "NVIDIA H100 SXM datasheet"},
         "host_tensor_tflops": {"value": HOST_TENSOR_TFLOPS, "source": "NVIDIA H100 SXM datasheet, dense FP16"},
+        "t4_dram_bytes_per_s": {"value": T4_DRAM_BYTES_PER_S, "source": "NVIDIA T4 datasheet"},
+        "table_block_m": {"value": {str(h): m for h, m in rows.items()}, "source": "t4serve/turing/launch.py's "
+                          "prefill rows (query heads x tokens per program)"},
         "tensor_speedup_scale": {"value": round(peak_scale, 4), "source": "(T4 tensor / T4 FP32) / (host tensor / "
                                  "host FP32): the share of the host's tensor-core gain a T4 keeps, at most"},
     }

@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE))
 LAYERS = (("global", 512, 0, 16), ("sliding", 256, 512, 32))
 GLOBAL_LAYERS, SLIDING_LAYERS = 7, 28
 CHUNK = 2048
-PREFILLS = (512, 2048, 4096)
-DECODE_BATCHES = (1, 16)
+PREFILLS = (512, 1024, 2048, 4096)
+DECODE_BATCHES = (1, 8, 16)
 DECODE_CONTEXT = 4096
 # A float32-accumulated attention written as fp16 is good to about 1e-3 (t4serve.patch.proof's tolerance is 5e-3).
 ERROR_BOUND = 5e-3
@@ -48,15 +48,16 @@ ERROR_BOUND = 5e-3
 # (warps, maxnreg, tile, block_m) per (phase, padded head): the candidates of the sm_75 builds that fit 65,536 B
 # without spills (docs/verified/turing-attention/sweep.json has every combination).
 MMA_CANDIDATES: dict[tuple[str, int], list[tuple[int, int | None, int | None, int | None]]] = {
-    ("prefill", 512): [(8, None, 16, 16), (8, None, 16, 32)],
-    ("prefill", 256): [(4, None, 32, 16), (8, None, 32, 32)],
-    ("decode", 512): [(8, None, None, None)],
-    ("decode", 256): [(4, None, None, None)],
+    ("prefill", 512): [(4, None, 16, 16), (8, None, 16, 16), (8, None, 16, 32)],
+    ("prefill", 256): [(4, None, 32, 16), (8, None, 32, 16), (4, None, 32, 32), (8, None, 32, 32), (8, None, 16, 32),
+                       (8, None, 32, 64)],
+    ("decode", 512): [(4, None, None, None), (8, None, None, None)],
+    ("decode", 256): [(2, None, None, None), (4, None, None, None), (8, None, None, None)],
 }
 FMA_CANDIDATES: dict[tuple[str, int], list[tuple[int, int | None, int | None, int | None]]] = {
-    ("prefill", 512): [(8, None, None, None)],
-    ("prefill", 256): [(8, None, None, None)],
-    ("decode", 512): [(8, None, None, None)],
+    ("prefill", 512): [(4, 255, None, None), (8, None, None, None)],
+    ("prefill", 256): [(8, None, None, None), (4, None, 16, None)],
+    ("decode", 512): [(4, 255, None, None), (8, None, None, None)],
     ("decode", 256): [(8, None, None, None)],
 }
 
@@ -101,8 +102,11 @@ def graph_time(torch: Any, fn: Any, reps: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="two prefill lengths and one decode batch")
+    parser.add_argument("--kv", choices=("16-bit", "int8"), default="16-bit",
+                        help="the KV cache: vLLM's int8 per-token-head cache against attention over its dequantized "
+                             "values")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -144,16 +148,18 @@ def main(argv: list[str] | None = None) -> int:
             seed += 1
             batch = worker.make_batch(torch, head, window, block, contexts, queries, seed)
             batch.tensors = {k: v.cuda() for k, v in batch.tensors.items()}
+            cache, kv_mode = int8_cache(torch, batch) if args.kv == "int8" else ({}, 0)
             reference = worker.reference_attention(torch, batch)
             flops = attention_flops(head, window, contexts, queries)
             for name, launch in variants(phase, head):
-                case: dict[str, Any] = {"layer": layer, "head": head, "window": window, "shape": shape,
+                case: dict[str, Any] = {"kv": args.kv, "layer": layer, "head": head, "window": window, "shape": shape,
                                         "phase": phase, "variant": name, "gflop": round(flops / 1e9, 3)}
                 module.kernel_unified_attention = (real if launch is None
-                                                   else TuringLaunches(real, {(phase, head, 0): launch}))
+                                                   else TuringLaunches(real, {(phase, head, kv_mode): launch}))
                 try:
                     batch.tensors["out"].zero_()
-                    ms = graph_time(torch, lambda b=batch: worker.run_unified_attention(module, torch, b), args.reps)
+                    ms = graph_time(torch, lambda b=batch, c=cache: worker.run_unified_attention(module, torch, b, **c),
+                                    args.reps)
                     error = float((batch.tensors["out"].float() - reference).abs().max())
                     case |= {"ms": round(ms, 4), "max_abs_error": error, "tflops": round(flops / ms / 1e9, 3)}
                     say(f"{layer:<7} {shape:<16} {name:<18} {ms:9.3f} ms  {flops / ms / 1e9:7.2f} TFLOP/s  "
@@ -176,6 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     say(json.dumps(record["totals"], indent=1))
     say(json.dumps(record["choice"], indent=1))
     return 0
+
+
+def int8_cache(torch: Any, batch: Any) -> tuple[dict[str, Any], int]:
+    """vLLM's int8 per-token-head cache of the batch's keys and values (absmax / 127 per token and head, as vLLM's
+    write kernel rounds), and the batch's 16-bit cache replaced by its dequantized values: the reference then
+    attends over what the int8 cache holds. Returns the kernel's cache arguments and vLLM's KV_QUANT_MODE (2)."""
+    from vllm.v1.kv_cache_interface import KVQuantMode
+
+    out: dict[str, Any] = {"kv_quant_mode": KVQuantMode.INT8_PER_TOKEN_HEAD}
+    for name in ("k", "v"):
+        values = batch.tensors[name].float()
+        scale = values.abs().amax(dim=-1).clamp(min=1e-6) / 127.0
+        codes = torch.round(values / scale[..., None]).clamp(-127, 127).to(torch.int8)
+        out[name] = codes
+        out[f"{name}_scale_cache"] = scale.contiguous()
+        batch.tensors[name] = (codes.float() * scale[..., None]).to(torch.float16)
+    return out, int(KVQuantMode.INT8_PER_TOKEN_HEAD)
 
 
 def variant_launch(name: str) -> Any:

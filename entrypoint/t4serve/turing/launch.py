@@ -66,21 +66,22 @@ class Launch:
         return ", ".join(parts)
 
 
-# (phase, padded head size, KV mode) -> launch, for the turing-mma path. Chosen from the sm_75 builds of every
-# combination of warps, register cap, tile and query rows (docs/verified/turing-attention/) and their times on the
-# GPU host in its T4 mode; the image build proves each row.
+# (phase, padded head size, KV mode) -> launch, for the turing-mma path. Chosen by their times on the GPU host in its
+# T4 mode (docs/verified/turing-attention/: E2B's heads; 4 warps won at every one, the 32 query rows at head 256's
+# prefill) among the sm_75 builds that fit 65,536 B without spills; heads 64 and 128 take 4 warps and vLLM's tile and
+# rows, unmeasured. The image build proves each row (t4serve.turing.proof).
 LAUNCHES: dict[tuple[str, int, int], Launch] = {
     (phase, head, kv): launch
     for kv in KV_MODES
     for (phase, head), launch in {
         (PREFILL, 64): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
         (PREFILL, 128): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
-        (PREFILL, 256): Launch(num_warps=8, maxnreg=None, tensor_cores=True, tile_size=32, block_m=32),
-        (PREFILL, 512): Launch(num_warps=8, maxnreg=None, tensor_cores=True, tile_size=16, block_m=32),
+        (PREFILL, 256): Launch(num_warps=4, maxnreg=None, tensor_cores=True, tile_size=32, block_m=32),
+        (PREFILL, 512): Launch(num_warps=4, maxnreg=None, tensor_cores=True, tile_size=16, block_m=16),
         (DECODE, 64): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
         (DECODE, 128): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
         (DECODE, 256): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
-        (DECODE, 512): Launch(num_warps=8, maxnreg=None, tensor_cores=True),
+        (DECODE, 512): Launch(num_warps=4, maxnreg=None, tensor_cores=True),
     }.items()
 }
 # Padded head sizes the turing-mma path has a launch for (every phase and KV mode).

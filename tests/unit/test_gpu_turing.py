@@ -88,3 +88,17 @@ def test_the_register_cap_follows_the_thread_count_directive() -> None:
     assert ".reqntid 128\n.maxnreg 64\n{" in capped and capped.count(".maxnreg") == 1
     with pytest.raises(RuntimeError, match=r"no \.reqntid"):
         t4mode.cap_registers(".visible .entry k()\n{\n}\n", 64)
+
+
+def test_the_t4_model_record_is_what_the_model_gives_from_the_recorded_kernels() -> None:
+    import json
+
+    import t4_time_model as model
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "verified" / "turing-attention"
+    kernels = json.loads((root / "gpu-host" / "kernels-16bit-repeat.json").read_text())
+    assert json.loads(json.dumps(model.model(kernels))) == json.loads((root / "t4-model.json").read_text())
+    # The fit reproduces the published times it was made from.
+    per_token, rate = model.fit(300.0, 7199.0)
+    for tokens, ttft in ((512, 300.0), (4096, 7199.0)):
+        assert per_token * tokens + model.e2b_attention_flops(tokens) / rate == pytest.approx(ttft)

@@ -48,7 +48,8 @@ T4_DRAM_BYTES_PER_S = 320e9
 
 def kv_bytes(tokens: int, chunk: int, block_m: dict[int, int]) -> float:
     """K and V bytes the attention kernels load for a prefill of `tokens` in chunks of `chunk` (16-bit cache, one KV
-    head, 8 query heads): each program of BLOCK_M // 8 query tokens reads the keys and values it attends to, per layer."""
+    head, 8 query heads): each program of BLOCK_M // 8 query tokens reads the keys and values it attends to, per
+    layer."""
     total = 0.0
     for layers, head, window in ((GLOBAL_LAYERS, 512, 0), (SLIDING_LAYERS, 256, 512)):
         per_token = 2 * 2 * head  # K and V, 2 bytes each

@@ -76,9 +76,9 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
      "`healthcheck`: not ready or not alive, whatever the reason (Docker reads only 0 and 1); `bench`: some runs "
      "failed (the folder holds the rest); `run-vllm`: vLLM exited"),
     ("2", "bad configuration, usage or input file (`ConfigError`)",
-     "a setting, option or secret file; a facts file, a checkpoint `plan` or `roofline` cannot read, a state or "
-     "exit-request file `status` cannot read, a bench result folder; `T4SERVE_SIZE_AS` larger than the card; "
-     "`mcp --http` on an address it cannot listen on"),
+     "a setting, option or secret file (any command); a facts file; a checkpoint the probe cannot read (`plan`, "
+     "`profiles`, `roofline`, `preflight` and `serve` alike); a state or exit-request file `status` cannot read, a "
+     "bench result folder; `T4SERVE_SIZE_AS` larger than the card; `mcp --http` on an address it cannot listen on"),
     ("3", "the machine cannot run the plan (`PreflightError`)",
      "`preflight`, `host-check` or `serve` found a failed check; `serve` cannot write its state folder"),
     ("4", "the Turing clamp not applied or not proven (`PatchError`)", "`patch apply`, `patch verify`"),

@@ -25,6 +25,8 @@ from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
 from t4serve.config.kvflags import refused_kv_flag
 from t4serve.config.secrets import Secret
 from t4serve.config.variables import (
+    MAX_NAME_CHARS,
+    MAX_VLLM_ARGS_CHARS,
     Context,
     Invalid,
     Variable,
@@ -227,7 +229,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "T4SERVE_SERVED_MODEL_NAME", "served_model_name", None, "the model's repo id (local directory: its name)",
         "Model name clients send in requests (`model` in /v1/completions).",
-        _served_model_name, "gemma-4-e2b", "--served-model-name",
+        _served_model_name, "gemma-4-e2b", "--served-model-name", max_chars=MAX_NAME_CHARS,
     ),
     Variable("T4SERVE_HOST", "host", "0.0.0.0", "0.0.0.0", "Address the OpenAI-compatible server binds.",
              host_address, "0.0.0.0", "--host"),
@@ -324,7 +326,7 @@ VARIABLES: tuple[Variable, ...] = (
         "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
         "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); flags that move the KV cache "
         "are sized or refused (docs/sizing.md).",
-        _vllm_args, "--enforce-eager", "--vllm-args",
+        _vllm_args, "--enforce-eager", "--vllm-args", max_chars=MAX_VLLM_ARGS_CHARS,
     ),
     secrets.HF_TOKEN,
     secrets.HF_TOKEN_FILE,

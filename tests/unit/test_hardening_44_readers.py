@@ -22,6 +22,62 @@ def _check(outcome: Outcome, allowed: set[int], label: str, **kwargs: Any) -> Ou
     return outcome
 
 
+# 6. T4SERVE_VLLM_ARGS read as vLLM's parser reads it
+
+
+@pytest.mark.parametrize("args", [
+    "--attention-backend TRITON_ATTN --attention-b FLASH_ATTN",  # the plan took the first; vLLM the last
+    "--attention-b FLASH_ATTN",  # an abbreviation argparse expands
+    "--attention_backend=TRITON_ATTN --attention-backend=FLASH_ATTN",
+])  # fmt: skip
+def test_a_quantized_cache_is_refused_on_the_backend_vllm_will_run(tmp_path: Path, args: str) -> None:
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": args, "T4SERVE_KV_CACHE_DTYPE": "int8"}
+    outcome = _check(run_cli(["plan", "--gpu", "t4", "--json"], env), {2}, f"int8 with {args}")
+    assert "--attention-backend FLASH_ATTN" in outcome.err and "Triton attention backend" in outcome.err
+
+
+def test_the_plan_names_the_backend_vllm_will_run(tmp_path: Path) -> None:
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": "--attention-backend FLASH_ATTN --attention-b TRITON_ATTN",
+           "T4SERVE_KV_CACHE_DTYPE": "int8"}
+    plan = json.loads(_check(run_cli(["plan", "--gpu", "t4", "--json"], env), {0}, "the last backend").out)["plan"]
+    assert plan["attention_backend"] == "TRITON_ATTN"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    ("--max-logprobs", "--max-logprobs needs a value"),
+    ("--enforce-eager --attention-backend", "--attention-backend needs a value"),
+    ("--max-logprobs --enforce-eager", "another flag follows it"),
+    ("--attention-backend --enforce-eager", "another flag follows it"),
+    ("--hf-overrides.text_config.x", "needs a value"),  # vLLM itself dies of an IndexError here
+    ("--seed 1 2", "a value stands with no flag before it"),
+    ("--attention TRITON_ATTN", "ambiguous"),
+    ("--frobnicate", "is not a flag of vLLM 0.33.0"),
+    ("--enforce-eager=1", "a value with `=`"),
+    ("-- --enforce-eager", "ends vLLM's options"),
+])  # fmt: skip
+def test_what_vllms_parser_refuses_is_refused_before_it_starts(tmp_path: Path, args: str, words: str) -> None:
+    """Each passed: vLLM would have exited with a usage error (or a traceback) after t4serve had started it."""
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": args}
+    for command in (["env"], ["plan", "--gpu", "t4", "--json"], ["serve"]):
+        outcome = _check(run_cli(command, env), {2}, f"T4SERVE_VLLM_ARGS={args} ({command[0]})")
+        assert words in outcome.err and "fix: remove" in outcome.err, outcome.err[-600:]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    ("--max-model-l=4096", "T4SERVE_MAX_MODEL_LEN"),
+    ("-t 2", "one GPU"),  # -tp to argparse
+    ("--tensor_p 2", "one GPU"),
+    ("-sc.method=ngram", "numba"),
+    ("--help", "print its help and exit"),
+    ("--hf_overr.text_config.num_hidden_layers 2", "edited config.json"),
+])  # fmt: skip
+def test_an_owned_or_refused_flag_is_refused_in_every_spelling_vllm_reads(tmp_path: Path, args: str,
+                                                                         words: str) -> None:
+    env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": args}
+    outcome = _check(run_cli(["plan", "--gpu", "t4", "--json"], env), {2}, f"T4SERVE_VLLM_ARGS={args}")
+    assert words in outcome.err and ("must not contain" in outcome.err or "must not use" in outcome.err)
+
+
 # 8. One refusal of a checkpoint, and of a setting, by every command
 
 

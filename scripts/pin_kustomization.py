@@ -146,9 +146,15 @@ def newline(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
 
+def block_fields(inner: str, nl: str, repo: str, digest: str) -> str:
+    """The entry's keys from `name:` on: the first where the text already stands, the others at `inner`."""
+    return f"name: {NAME}{nl}{inner}newName: {scalar_text(repo, False)}{nl}{inner}digest: {scalar_text(digest, False)}"
+
+
 def block_entry(dash: str, inner: str, nl: str, repo: str, digest: str) -> str:
-    return (f"{dash}- name: {NAME}{nl}{inner}newName: {scalar_text(repo, False)}{nl}"
-            f"{inner}digest: {scalar_text(digest, False)}")
+    """A new list entry: its dash at `dash`, its keys at `inner` (`-   name:` where the list's entries are so)."""
+    gap = " " * max(1, len(inner) - len(dash) - 1)
+    return f"{dash}-{gap}" + block_fields(inner, nl, repo, digest)
 
 
 def flow_entry(repo: str, digest: str) -> str:
@@ -214,7 +220,7 @@ def edit(text: str, repo: str, digest: str) -> str:
         if entry.flow_style or value.flow_style:
             return text[:start] + flow_entry(repo, digest) + text[entry.end_mark.index:]
         inner = " " * entry.start_mark.column
-        body = block_entry("", inner, nl, repo, digest)[2:]  # "name: ..." on the dash's line
+        body = block_fields(inner, nl, repo, digest)  # from where the entry's first key stood
         # To the end of its last line: a comment there spoke of the old value, as comments inside the entry did.
         return text[:start] + body + text[line_end(text, content_end(entry)):]
     if value.flow_style:

@@ -142,6 +142,7 @@ SHAPES = {
     "an entry that is not first": f"images:\n  - newTag: \"1\"\n    name: t4serve\n  - name: x\n"
                                   f"resources:\n  - {RESOURCE}\n",
     "a document marker": f"---\nresources:\n  - {RESOURCE}\n...\n",
+    "PyYAML's indent 4": f"resources:\n-   {RESOURCE}\nimages:\n-   name: other\n    newTag: '1'\n",
 }
 
 

@@ -39,7 +39,8 @@ def test_owned_fixed_and_supervision_flags_are_refused_in_every_spelling(args: t
     assert refusal(*args) is not None
 
 
-@pytest.mark.parametrize("args", [("--enable-prefix-caching",), ("-O3",), ("--seed", "1"), ("--tokenizer-mode", "slow")])
+@pytest.mark.parametrize("args", [("--enable-prefix-caching",), ("-O3",), ("--seed", "1"),
+                                  ("--tokenizer-mode", "slow")])
 def test_other_flags_pass(args: tuple[str, ...]) -> None:
     assert refusal(*args) is None
 

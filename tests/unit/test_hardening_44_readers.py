@@ -13,7 +13,7 @@ import pytest
 from e2b_checkpoint import write_checkpoint
 from hardening import SENTINEL, SENTINEL_TOKEN, Outcome, base_environ, record, run_cli, tried
 
-AREA = "issue 44 regressions"
+AREA = "issue 44 items 6-9"
 
 
 def _check(outcome: Outcome, allowed: set[int], label: str, **kwargs: Any) -> Outcome:

@@ -135,7 +135,7 @@ SHAPES = {
     "images at indent 4": f"resources:\n    - {RESOURCE}\nimages:\n    - name: t4serve\n      newTag: \"1\"\n",
     "images: []": f"resources:\n  - {RESOURCE}\nimages: []\n",
     "images: # comment": f"resources:\n  - {RESOURCE}\nimages: # the image, pinned by scripts/publish\n"
-                         "# next: a prefix\nnamePrefix: my-\n",
+                         "# next: annotations\ncommonAnnotations:\n  team: ml\n",
     "a flow list": f"resources: [{RESOURCE}]\nimages: [{{name: other, newTag: \"1\"}}, {{name: t4serve, newTag: x}}]\n",
     "a flow mapping": f"{{resources: [{RESOURCE}]}}\n",
     "CRLF line ends": f"resources:\r\n  - {RESOURCE}\r\nimages:\r\n  - name: t4serve # ours\r\n    newTag: \"1\"\r\n",
@@ -163,7 +163,7 @@ def test_every_shape_of_images_is_pinned_and_renders(tmp_path: Path, shape: str,
     assert [e for e in after["images"] if e["name"] != "t4serve"] == \
         [e for e in before.get("images") or [] if e["name"] != "t4serve"]
     assert container(render(path.parent))["image"] == f"{repo}@{DIGEST}"
-    for comment in ("# the image, pinned by scripts/publish", "# next: a prefix"):
+    for comment in ("# the image, pinned by scripts/publish", "# next: annotations"):
         assert comment not in SHAPES[shape] or comment in path.read_text()
     assert sorted(p.name for p in path.parent.iterdir()) == ["kustomization.yaml"]
 

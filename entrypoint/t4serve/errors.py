@@ -76,16 +76,19 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
      "`healthcheck`: not ready or not alive, whatever the reason (Docker reads only 0 and 1); `bench`: some runs "
      "failed (the folder holds the rest); `run-vllm`: vLLM exited"),
     ("2", "bad configuration, usage or input file (`ConfigError`)",
-     "a setting, option or secret file; a facts file, a checkpoint `plan` or `roofline` cannot read, a state or "
-     "exit-request file `status` cannot read, a bench result folder; `T4SERVE_SIZE_AS` larger than the card; "
-     "`mcp --http` on an address it cannot listen on"),
+     "a setting, option or secret file (any command); a facts file; a checkpoint the probe cannot read (`plan`, "
+     "`profiles`, `roofline`, `preflight` and `serve` alike); a state or exit-request file `status` cannot read, a "
+     "bench result folder; `T4SERVE_SIZE_AS` larger than the card; `mcp --http` on an address it cannot listen on; "
+     "`scripts/publish`: a usage error, `T4SERVE_PUSH_TIMEOUT_S`, a kustomization it cannot edit (nothing pushed)"),
     ("3", "the machine cannot run the plan (`PreflightError`)",
      "`preflight`, `host-check` or `serve` found a failed check; `serve` cannot write its state folder"),
     ("4", "the Turing clamp not applied or not proven (`PatchError`)", "`patch apply`, `patch verify`"),
     ("5", "the Docker engine or its client refused or failed a request (`EngineError`)",
-     "`host-check`, `mcp` (its tools answer the same found / required / fix as an error)"),
+     "`host-check`, `mcp` (its tools answer the same found / required / fix as an error); `scripts/publish`: no "
+     "engine, the build, the tag or the push failed (nothing pinned)"),
     ("6", "`bench` measured nothing (`BenchError`)", "`bench`: no run of the sweep produced figures"),
-    ("70", "internal error: a bug in t4serve", "any command; the traceback is printed to report"),
+    ("70", "internal error: a bug in t4serve", "any command; the traceback is printed to report; `scripts/publish`: "
+     "its kustomization edit failed its own check (the file is left as it was)"),
     ("128+N", "stopped by signal N", "`bench` (the runs finished before it are in the folder), `serve`"),
     ("130", "aborted", "Ctrl-C at a prompt"),
 )

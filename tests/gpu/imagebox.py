@@ -29,6 +29,15 @@ emulated: no seccomp profile, no capability set beyond what dropping to a non-ro
 
 State: IMAGEBOX_ROOT (default /tmp/imagebox)/NAME/: config.json, log (the container's stdout and stderr), pid (the
 container's PID 1 as the host sees it), exit (its exit code, as Docker reports it: 128+N for signal N).
+
+Exit codes of make, receive, check and assemble (each refusal prints what it found, what is required and the fix):
+    0  done
+    2  refused: a manifest of the wrong shape, a file in the inbox or the parts folder that is not a part (a stray
+       name such as rootfs.tar.zst.000.bak, a FIFO, a symbolic link, a device), a usage error; nothing was moved
+    3  a fresh machine: the parts before this one are not here; start over from part 000 and the manifest
+    4  a part arrived or lies damaged (size or sha256), or is missing: send that part again
+Every part is opened without following links and without blocking and must be a regular file of the manifest's size;
+`check` and `assemble` hash every byte (nothing is taken on trust from an earlier call).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -97,12 +107,17 @@ def need_tool(name: str) -> str:
     return path
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 * MIB):
-            h.update(chunk)
-    return h.hexdigest()
+# Exit codes (the module docstring's table).
+REFUSED, FRESH, RESEND = 2, 3, 4
+PART_NAME = re.compile(re.escape(PART_PREFIX) + r"([0-9]{3,6})")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+# Bounds on what a manifest may say: far past any image (t4serve's is 6.3 GB in 54 parts of 64 MiB).
+MANIFEST_MAX_BYTES = 4 * MIB
+MAX_PARTS = 100_000
+MAX_PART_BYTES = 1 << 40
+MAX_IMAGE_BYTES = 1 << 62
+MAX_JSON_DEPTH = 32
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -111,15 +126,200 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def read_json(path: Path, what: str) -> Any:
+def open_regular(path: Path, what: str, fix: str) -> int:
+    """A descriptor on `path`, which must be a regular file itself: a symbolic link (to /dev/zero or anywhere), a FIFO
+    or a device is refused without blocking on it."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BoxError(f"{what} is missing", str(path), f"the file {path.name}",
-                       "copy it with the first part (imagebox.py make wrote it beside the parts)") from None
-    except (OSError, ValueError) as exc:
-        raise BoxError(f"{what} cannot be read", f"{path}: {exc}", "the JSON imagebox.py make wrote",
-                       "copy it again from the make folder") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        found = "a symbolic link" if path.is_symlink() else (exc.strerror or str(exc))
+        raise BoxError(f"{what} is not a regular file", f"{path}: {found}", "a regular file (not a link, FIFO or "
+                       "device)", fix, code=REFUSED) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise BoxError(f"{what} is not a regular file", f"{path}: {kind}", "a regular file (not a link, FIFO or "
+                       "device)", fix, code=REFUSED)
+    return fd
+
+
+def read_json(path: Path, what: str, limit: int = MANIFEST_MAX_BYTES) -> Any:
+    """JSON from a regular file of at most `limit` bytes: UTF-8, no NaN or Infinity, no repeated key, bounded
+    nesting."""
+    fix = f"copy {path.name} again from the make folder (imagebox.py make wrote it beside the parts)"
+    if not path.exists() and not path.is_symlink():
+        raise BoxError(f"{what} is missing", str(path), f"the file {path.name}", fix, code=REFUSED)
+    fd = open_regular(path, what, fix)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise BoxError(f"{what} is too large", f"{path}: more than {limit:,} bytes", f"at most {limit:,} bytes", fix,
+                       code=REFUSED)
+
+    def constant(word: str) -> Any:
+        raise ValueError(f"{word} is not a JSON number")
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a key is repeated")
+        return dict(items)
+
+    try:
+        text = data.decode("utf-8")
+        if _nesting(text) > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        return json.loads(text, parse_constant=constant, object_pairs_hook=pairs)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BoxError(f"{what} cannot be read", f"{path}: {str(exc)[:200]}", "the JSON imagebox.py make wrote", fix,
+                       code=REFUSED) from None
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of brackets outside strings, counted without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _shape(found: str, path: Path) -> BoxError:
+    return BoxError("the manifest is of the wrong shape", f"{path}: {found}",
+                    f"the manifest imagebox.py make writes (format {FORMAT})",
+                    "make the parts and the manifest again, together (imagebox.py make), and send the manifest",
+                    code=REFUSED)
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def check_image_config(config: Any, path: Path) -> None:
+    """The image's configuration fields `run` reads, each of the type Docker's inspect gives it."""
+    if not isinstance(config, dict):
+        raise _shape("image.config is not an object", path)
+    for key in ("Env", "Entrypoint", "Cmd"):
+        if config.get(key) is not None and not _strings(config[key]):
+            raise _shape(f"image.config.{key} is not a list of strings", path)
+    for key in ("WorkingDir", "User", "StopSignal"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise _shape(f"image.config.{key} is not a string", path)
+    for key in ("Volumes", "ExposedPorts"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise _shape(f"image.config.{key} is not an object", path)
+    hc = config.get("Healthcheck")
+    if hc is not None:
+        test = hc.get("Test") if isinstance(hc, dict) else None
+        if not isinstance(hc, dict) or (test is not None and not (_strings(test) and test and
+                                                                  (test[0] == "NONE" or len(test) >= 2))):
+            raise _shape("image.config.Healthcheck is not {Test: [CMD or CMD-SHELL, ...], ...}", path)
+        for key in ("Timeout", "Interval", "StartPeriod", "Retries"):
+            if hc.get(key) is not None and not _whole(hc[key], 0, 1 << 62):
+                raise _shape(f"image.config.Healthcheck.{key} is not a whole number", path)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest `make` wrote, every field `receive`, `check`, `assemble` and `run` read checked for type and
+    bounds: parts named 000, 001, ... in order, sizes that add up to the stream, sha256s of 64 hex digits."""
+    m = read_json(path, "the manifest")
+    if not isinstance(m, dict):
+        raise _shape(f"a JSON {type(m).__name__}, not an object", path)
+    known = {"format", "image", "compression", "stream", "parts", "made_seconds"}
+    if set(m) - known or not {"format", "image", "stream", "parts"} <= set(m):
+        raise _shape(f"keys {', '.join(sorted(m))[:200]} (required format, image, stream, parts; also allowed "
+                     "compression, made_seconds)", path)
+    if m["format"] != FORMAT or isinstance(m["format"], bool):
+        raise _shape(f"format {str(m['format'])[:40]}, not {FORMAT} (made by another imagebox.py)", path)
+    image = m["image"]
+    if not isinstance(image, dict) or not isinstance(image.get("id"), str) or not IMAGE_ID.fullmatch(image["id"]):
+        raise _shape("image.id is not sha256:<64 hex digits>", path)
+    size = image.get("size_bytes")
+    if size is not None and not _whole(size, 0, MAX_IMAGE_BYTES):
+        raise _shape(f"image.size_bytes {str(size)[:40]} is not a whole number of bytes up to {MAX_IMAGE_BYTES:,}",
+                     path)
+    labels = image.get("labels", {})
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise _shape("image.labels is not an object of strings", path)
+    for key in ("ref", "created"):
+        if image.get(key) is not None and not isinstance(image[key], str):
+            raise _shape(f"image.{key} is not a string", path)
+    if image.get("repo_tags") is not None and not _strings(image["repo_tags"]):
+        raise _shape("image.repo_tags is not a list of strings", path)
+    check_image_config(image.get("config", {}), path)
+    stream = m["stream"]
+    if (not isinstance(stream, dict) or not _whole(stream.get("bytes"), 1, MAX_PART_BYTES * MAX_PARTS)
+            or not isinstance(stream.get("sha256"), str) or not SHA256_HEX.fullmatch(stream["sha256"])):
+        raise _shape("stream is not {bytes: a whole number above 0, sha256: 64 hex digits}", path)
+    parts = m["parts"]
+    if not isinstance(parts, list) or not 1 <= len(parts) <= MAX_PARTS:
+        raise _shape(f"parts is not a list of 1 to {MAX_PARTS:,} parts", path)
+    for i, entry in enumerate(parts):
+        name = f"{PART_PREFIX}{i:03d}"
+        if (not isinstance(entry, dict) or set(entry) != {"name", "bytes", "sha256"} or entry["name"] != name
+                or not _whole(entry["bytes"], 1, MAX_PART_BYTES) or not isinstance(entry["sha256"], str)
+                or not SHA256_HEX.fullmatch(entry["sha256"])):
+            raise _shape(f"parts[{i}] is not {{name: {name}, bytes: a whole number above 0, sha256: 64 hex digits}}",
+                         path)
+    if sum(p["bytes"] for p in parts) != stream["bytes"]:
+        raise _shape(f"the parts add up to {sum(p['bytes'] for p in parts):,} bytes, the stream is "
+                     f"{stream['bytes']:,}", path)
+    if m.get("compression") is not None and not isinstance(m["compression"], str):
+        raise _shape("compression is not a string", path)
+    seconds = m.get("made_seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        raise _shape("made_seconds is not a number", path)
+    return m
+
+
+def copy_part(path: Path, entry: dict[str, Any], out: Path | None, fix: str) -> None:
+    """Read the part at `path` (a regular file, never followed through a link), check its size and sha256 against
+    the manifest's entry, and write it to `out` when given. Exit 4 (send it again) when it differs."""
+    fd = open_regular(path, f"{path.name}", fix)
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != entry["bytes"]:
+            raise BoxError(f"{path.name} is damaged", f"{path}: {size:,} B", f"{entry['bytes']:,} B, sha256 "
+                           f"{entry['sha256']}", f"send {path.name} again", code=RESEND)
+        sink = open(out, "wb") if out is not None else None  # noqa: SIM115 - closed below, removed on failure
+        try:
+            read = 0
+            while read <= entry["bytes"] and (chunk := f.read(4 * MIB)):
+                h.update(chunk)
+                read += len(chunk)
+                if sink is not None:
+                    sink.write(chunk)
+        finally:
+            if sink is not None:
+                sink.close()
+    if read != entry["bytes"] or h.hexdigest() != entry["sha256"]:
+        if out is not None:
+            out.unlink(missing_ok=True)
+        raise BoxError(f"{path.name} is damaged", f"{path}: {read:,} B, sha256 {h.hexdigest()}",
+                       f"{entry['bytes']:,} B, sha256 {entry['sha256']}", f"send {path.name} again", code=RESEND)
 
 
 # --- make (here, with Docker) --------------------------------------------------------------------------------------
@@ -195,76 +395,110 @@ def make(image: str, outdir: Path, part_mib: int, level: int, docker: str) -> di
 # --- receive, check, assemble (on the GPU host) --------------------------------------------------------------------
 
 
-def part_index(name: str) -> int:
-    return int(name[len(PART_PREFIX):])
+def part_files(folder: Path, own: tuple[str, ...] = ()) -> dict[int, Path]:
+    """The parts in `folder` by index. A file named like a part that is not one (`rootfs.tar.zst.000.bak`) is
+    refused: nothing is guessed about it. Names ending in `own` (imagebox's own temporary files) are left aside."""
+    found: dict[int, Path] = {}
+    for path in sorted(folder.glob(PART_PREFIX + "*")):
+        if path.name.endswith(own):
+            continue
+        match = PART_NAME.fullmatch(path.name)
+        if match is None:
+            raise BoxError(f"{path.name} is named like a part but is not one", str(path),
+                           f"only parts ({PART_PREFIX}000, {PART_PREFIX}001, ...) under that name in {folder}",
+                           f"move it out of {folder} (rename it without the {PART_PREFIX} prefix) and run this again",
+                           code=REFUSED)
+        found[int(match.group(1))] = path
+    return found
 
 
 def receive(inbox: Path, parts_dir: Path) -> dict[str, Any]:
     """Move what arrived in inbox (the manifest, parts) into parts_dir, each part checked against the manifest.
-    The parts in parts_dir must always be 000 ... k-1 with none missing."""
+    The parts in parts_dir must always be 000 ... k-1 with none missing. A refused file is never moved, and the
+    manifest in parts_dir is replaced only by one that passes (its parts removed when it names another stream)."""
     parts_dir.mkdir(parents=True, exist_ok=True)
-    if (inbox / MANIFEST).is_file():
-        shutil.copyfile(inbox / MANIFEST, parts_dir / MANIFEST)
-    if not (parts_dir / MANIFEST).is_file():
-        arrived = sorted(p.name for p in inbox.glob(PART_PREFIX + "*"))
+    # Refused before anything is moved: a stray or odd file in either folder.
+    arrived = part_files(inbox)
+    for leftover in parts_dir.glob(PART_PREFIX + "*.partial"):  # a receive cut short: its copy, never a part
+        leftover.unlink()
+    part_files(parts_dir, own=(".ok",))
+    manifest = None
+    if (inbox / MANIFEST).exists() or (inbox / MANIFEST).is_symlink():
+        manifest = read_manifest(inbox / MANIFEST)
+        previous = parts_dir / MANIFEST
+        if previous.exists():
+            try:
+                old = read_manifest(previous)
+            except BoxError:
+                old = None
+            if old is None or old["stream"] != manifest["stream"]:
+                # Parts of another stream (another make): they would never fit this manifest.
+                for stale in part_files(parts_dir, own=(".ok",)).values():
+                    stale.unlink()
+        write_json(parts_dir / MANIFEST, manifest)
+    if not (parts_dir / MANIFEST).exists():
+        names = ", ".join(p.name for p in arrived.values())
         raise BoxError("fresh machine: the manifest (sent with part 000) is not here",
-                       f"{parts_dir} has no {MANIFEST}; arrived now: {', '.join(arrived) or 'nothing'}",
+                       f"{parts_dir} has no {MANIFEST}; arrived now: {names or 'nothing'}",
                        "every part from 000 on, on one machine",
                        "the device gave the machine back between calls: send part 000 and the manifest again",
-                       code=3)
-    manifest = read_json(parts_dir / MANIFEST, "the manifest")
+                       code=FRESH)
+    if manifest is None:
+        manifest = read_manifest(parts_dir / MANIFEST)
     for wheel in inbox.glob("*.whl"):  # helpers (the zstandard wheel, for a host without the zstd program)
         shutil.move(str(wheel), parts_dir / wheel.name)
-    expected = {p["name"]: p for p in manifest["parts"]}
-    for path in sorted(inbox.glob(PART_PREFIX + "*")):
-        entry = expected.get(path.name)
-        if entry is None:
+    expected = manifest["parts"]
+    for index, path in sorted(arrived.items()):
+        if index >= len(expected):
             raise BoxError(f"{path.name} is not in the manifest", f"{len(expected)} parts listed",
-                           "parts made with this manifest", "make the parts and the manifest again, together")
-        digest = sha256_file(path)
-        if digest != entry["sha256"] or path.stat().st_size != entry["bytes"]:
-            raise BoxError(f"{path.name} arrived damaged", f"{path.stat().st_size} B, sha256 {digest}",
-                           f"{entry['bytes']} B, sha256 {entry['sha256']}", f"send {path.name} again")
+                           "parts made with this manifest", "make the parts and the manifest again, together",
+                           code=REFUSED)
         tmp = parts_dir / (path.name + ".partial")
-        shutil.copyfile(path, tmp)
+        copy_part(path, expected[index], tmp, f"send {path.name} again as a regular file")
         tmp.replace(parts_dir / path.name)
         path.unlink()  # moved: a later call that finds it still in the inbox does not check it twice
-        (parts_dir / (path.name + ".ok")).write_text(f"{entry['bytes']} {entry['sha256']}\n")
-    have = sorted(part_index(p.name) for p in parts_dir.glob(PART_PREFIX + "*") if not p.name.endswith((".ok",
-                                                                                                      ".partial")))
+    have = sorted(part_files(parts_dir, own=(".ok",)))
     missing = [i for i in range(max(have) + 1 if have else 0) if i not in have]
     if missing:
         names = ", ".join(f"{PART_PREFIX}{i:03d}" for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
-        code = 3 if 0 in missing else 2
+        fresh = 0 in missing
         raise BoxError("a part is missing before the last one that arrived (out of order, or a fresh machine)",
                        f"have {len(have)} of {len(expected)}; missing {names}", "parts 000 ... in order",
-                       "send the missing parts" + (" (part 000 missing: a fresh machine; start over)" if code == 3
-                                                   else ""), code=code)
-    status = {"have": len(have), "of": len(expected), "next": f"{PART_PREFIX}{len(have):03d}"
-              if len(have) < len(expected) else None, "image": manifest["image"]["id"]}
-    return status
+                       "send the missing parts" + (" (part 000 missing: a fresh machine; start over)" if fresh
+                                                   else ""), code=FRESH if fresh else RESEND)
+    return {"have": len(have), "of": len(expected), "next": f"{PART_PREFIX}{len(have):03d}"
+            if len(have) < len(expected) else None, "image": manifest["image"]["id"]}
+
+
+def present(parts_dir: Path) -> dict[str, Any]:
+    """The manifest, and every part it lists in parts_dir as a regular file of its size (not yet hashed)."""
+    manifest = read_manifest(parts_dir / MANIFEST)
+    files = part_files(parts_dir, own=(".ok", ".partial"))
+    for i, entry in enumerate(manifest["parts"]):
+        path = files.get(i)
+        if path is None:
+            raise BoxError(f"{entry['name']} is missing", f"{len(files)} part files in {parts_dir}",
+                           f"all {len(manifest['parts'])} parts", f"send {entry['name']}", code=RESEND)
+        fd = open_regular(path, entry["name"], f"send {entry['name']} again as a regular file")
+        size = os.fstat(fd).st_size
+        os.close(fd)
+        if size != entry["bytes"]:
+            raise BoxError(f"{entry['name']} is damaged", f"{path}: {size:,} B",
+                           f"{entry['bytes']:,} B, sha256 {entry['sha256']}", f"send {entry['name']} again",
+                           code=RESEND)
+    extra = sorted(i for i in files if i >= len(manifest["parts"]))
+    if extra:
+        raise BoxError(f"{files[extra[0]].name} is not in the manifest", f"{len(manifest['parts'])} parts listed",
+                       "parts made with this manifest", f"remove {files[extra[0]].name} from {parts_dir}",
+                       code=REFUSED)
+    return manifest
 
 
 def check(parts_dir: Path) -> dict[str, Any]:
-    """Every part present and whole (checked on arrival by receive, else here); the manifest."""
-    manifest = read_json(parts_dir / MANIFEST, "the manifest")
-    if manifest.get("format") != FORMAT:
-        raise BoxError("the manifest is of another format", f"format {manifest.get('format')}", f"format {FORMAT}",
-                       "make the parts with this imagebox.py")
+    """Every part present and whole: each byte hashed now, whatever an earlier call found."""
+    manifest = present(parts_dir)
     for entry in manifest["parts"]:
-        path = parts_dir / entry["name"]
-        if not path.is_file():
-            raise BoxError(f"{entry['name']} is missing", f"{len(list(parts_dir.glob(PART_PREFIX + '*')))} part "
-                           f"files in {parts_dir}", f"all {len(manifest['parts'])} parts", f"send {entry['name']}")
-        ok = parts_dir / (entry["name"] + ".ok")
-        mark = f"{entry['bytes']} {entry['sha256']}\n"
-        if path.stat().st_size == entry["bytes"] and ok.is_file() and ok.read_text() == mark:
-            continue
-        digest = sha256_file(path)
-        if digest != entry["sha256"] or path.stat().st_size != entry["bytes"]:
-            raise BoxError(f"{entry['name']} is damaged", f"{path.stat().st_size} B, sha256 {digest}",
-                           f"{entry['bytes']} B, sha256 {entry['sha256']}", f"send {entry['name']} again")
-        ok.write_text(mark)
+        copy_part(parts_dir / entry["name"], entry, None, f"send {entry['name']} again as a regular file")
     return manifest
 
 
@@ -286,11 +520,13 @@ def decompressor(parts_dir: Path) -> list[str]:
 
 
 def assemble(parts_dir: Path, rootfs: Path) -> dict[str, Any]:
-    manifest = check(parts_dir)
+    """Unpack the parts into rootfs (through rootfs.partial): each part hashed as it streams to the decompressor, a
+    damaged one stops the unpacking and removes what was unpacked."""
+    manifest = present(parts_dir)
     done = rootfs / ".imagebox-image"
     if done.is_file() and done.read_text().strip() == manifest["image"]["id"]:
         return {"rootfs": str(rootfs), "image": manifest["image"]["id"], "unpacked_seconds": 0.0, "reused": True}
-    need = int(manifest["image"].get("size_bytes") or 0) * 11 // 10 + GIB
+    need = (manifest["image"].get("size_bytes") or 0) * 11 // 10 + GIB
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(rootfs.parent).free
     if free < need:
@@ -308,24 +544,47 @@ def assemble(parts_dir: Path, rootfs: Path) -> dict[str, Any]:
     assert dec.stdin is not None and dec.stdout is not None
     dec.stdout.close()
     whole = hashlib.sha256()
+    damaged: BoxError | None = None
     try:
         for entry in manifest["parts"]:
-            with open(parts_dir / entry["name"], "rb") as f:
-                while chunk := f.read(4 * MIB):
+            path = parts_dir / entry["name"]
+            fd = open_regular(path, entry["name"], f"send {entry['name']} again as a regular file")
+            h, read = hashlib.sha256(), 0
+            with os.fdopen(fd, "rb") as f:
+                while read < entry["bytes"] and (chunk := f.read(min(4 * MIB, entry["bytes"] - read))):
+                    h.update(chunk)
+                    read += len(chunk)
+                    # Streamed as read (each part is read once); a damaged part is known at its end, and then
+                    # what tar unpacked so far is removed.
                     whole.update(chunk)
                     dec.stdin.write(chunk)
+            if read != entry["bytes"] or h.hexdigest() != entry["sha256"]:
+                damaged = BoxError(f"{entry['name']} is damaged", f"{path}: {read:,} B read, sha256 {h.hexdigest()}",
+                                   f"{entry['bytes']:,} B, sha256 {entry['sha256']}", f"send {entry['name']} again",
+                                   code=RESEND)
+                break
         dec.stdin.close()
     except BrokenPipeError:
         pass
+    except BoxError as exc:
+        damaged = exc
+    if damaged is not None:
+        for proc in (dec, tar):
+            proc.kill()
+        dec.wait(), tar.wait()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise damaged
     rc_dec, rc_tar = dec.wait(), tar.wait()
     if rc_dec or rc_tar:
         shutil.rmtree(partial, ignore_errors=True)
+        # The decompressor may stop on a damaged part before that part was read to its end: name it if so.
+        check(parts_dir)
         raise BoxError("unpacking failed", f"decompressor exit {rc_dec}, tar exit {rc_tar}", "both exit 0",
                        "check the disk (df) and run assemble again")
     if whole.hexdigest() != manifest["stream"]["sha256"]:
         shutil.rmtree(partial, ignore_errors=True)
         raise BoxError("the parts together are not the stream that was made", whole.hexdigest(),
-                       manifest["stream"]["sha256"], "make and send the parts again")
+                       manifest["stream"]["sha256"], "make and send the parts again", code=REFUSED)
     (partial / ".imagebox-image").write_text(manifest["image"]["id"] + "\n")
     write_json(partial / ".imagebox-manifest.json", manifest)
     partial.rename(rootfs)
@@ -464,7 +723,7 @@ def init_volume(rootfs: Path, dst: str, volume: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rootfs = Path(args.rootfs).resolve()
-    manifest = read_json(rootfs / ".imagebox-manifest.json", "the unpacked image's manifest")
+    manifest = read_manifest(rootfs / ".imagebox-manifest.json")
     image_config = manifest["image"]["config"]
     sd = state_dir(args.name)
     if host_pid(args.name):
@@ -681,8 +940,6 @@ def init(name: str) -> None:
 def fix_stdio(uid: int, gid: int) -> None:
     """What runc does before it drops to the container's user (fixStdioPermissions): stdin, stdout and stderr that
     are not a device are given to that user, so it may open /dev/stdout (supervisord logs there)."""
-    import stat
-
     for fd in (0, 1, 2):
         with contextlib.suppress(OSError):
             st = os.fstat(fd)
@@ -867,6 +1124,12 @@ def main(argv: list[str]) -> int:
     except BoxError as exc:
         print(exc.render(), file=sys.stderr, flush=True)
         return exc.code
+    except OSError as exc:
+        # The disk or a folder, not a part: a full disk, a folder that cannot be written.
+        print(BoxError(f"{a.cmd} failed on the file system", f"{exc.filename or ''}: {exc.strerror or exc}",
+                       "a writable folder with room", "free the disk or fix the folder's permissions, then run this "
+                       "again").render(), file=sys.stderr, flush=True)
+        return REFUSED
     return 0
 
 

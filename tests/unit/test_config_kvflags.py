@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sample_facts import t4
 
-from t4serve.config.kvflags import KVFlags, kv_flags, refused_kv_flag
+from t4serve.config.kvflags import KVFlags, kv_flags, refused_kv_flags
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
@@ -45,11 +45,17 @@ def flag(argv: tuple[str, ...], name: str) -> str | None:
          KVFlags(speculative_method="ngram_gpu")),
         (("--speculative-config.method=ngram_gpu",), KVFlags(speculative_method="ngram_gpu")),
         (("--enforce-eager", "--enable-chunked-mm-input"), KVFlags()),
+        (("--no-disable-hybrid-kv-cache-manager",), KVFlags()),
+        (("--enable-chunked",), KVFlags()),  # `--enable-chunked-prefill` to argparse (and to vLLM)
+        (("--block-size", "64", "--block_s=32"), KVFlags(block_size=32)),  # the last one, as vLLM takes it
+        (("--speculative-config.method", "ngram_gpu", "--speculative-config", '{"method": "eagle3"}'),
+         KVFlags(speculative_method="ngram_gpu")),  # vLLM appends the dotted keys after everything else
     ],
 )
 def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) -> None:
     assert kv_flags(args) == expected
-    assert all(refused_kv_flag(a, args[i + 1] if i + 1 < len(args) else None) is None for i, a in enumerate(args))
+    if expected.speculative_method is None or args[0].startswith("--spec-"):
+        assert refused_kv_flags(args) is None
 
 
 @pytest.mark.parametrize(
@@ -57,7 +63,7 @@ def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) ->
     [
         (("--disable-sliding-window",), "caps max_model_len at the window"),
         (("-dcp", "2"), "context parallelism"),
-        (("-dcp2",), "context parallelism"),
+        (("--decode-context", "2"), "context parallelism"),
         (("--prefill-context-parallel-size=2",), "context parallelism"),
         (("--kv-transfer-config", "{}"), "KV connector"),
         (("--kv-offloading-size", "4"), "host tier"),
@@ -65,6 +71,7 @@ def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) ->
         (("--attention-config.backend", "FLASH_ATTN"), "set T4SERVE_ATTENTION instead"),
         (("--block-size", "128"), "16, 32, 64"),
         (("--block-size=8",), "16, 32, 64"),
+        (("--block-size", "32", "--block-s", "128"), "16, 32, 64"),
         (("--block-size", "big"), "whole number"),
         (("--spec-model", "org/draft"), "draft model"),
         (("--spec-method", "eagle3"), "speculative method eagle3"),
@@ -75,8 +82,8 @@ def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) ->
     ],
 )
 def test_unmodelled_kv_flags_are_refused_with_the_reason(args: tuple[str, ...], words: str) -> None:
-    why = refused_kv_flag(args[0], args[1] if len(args) > 1 else None)
-    assert why is not None and words in why
+    refused = refused_kv_flags(args)
+    assert refused is not None and words in refused[0]
 
 
 def test_settings_refuse_them_naming_the_variable_and_the_fix() -> None:

@@ -16,7 +16,6 @@ from t4serve.config.options import settings_options
 from t4serve.config.secrets import Secret, api_key_from_environ
 from t4serve.config.settings import VARIABLES, Settings, markdown_table
 from t4serve.config.variables import Context, parse_size
-from t4serve.config.vllmflags import vllm_flag_conflict
 from t4serve.errors import ConfigError
 
 TOKEN = "hf_SECRETvalue123"
@@ -188,8 +187,8 @@ def test_cpu_ngram_speculation_in_vllm_args_is_refused_with_the_way_out() -> Non
     ("args", "flag", "variable"),
     [
         ("--port 9000", "--port", "T4SERVE_PORT"),
-        ("--max_model_len=4096", "--max-model-len", "T4SERVE_MAX_MODEL_LEN"),
-        ("--max-model 4096", "--max-model", "T4SERVE_MAX_MODEL_LEN"),
+        ("--max_model_len=4096", "--max_model_len (--max-model-len)", "T4SERVE_MAX_MODEL_LEN"),
+        ("--max-model 4096", "--max-model (--max-model-len)", "T4SERVE_MAX_MODEL_LEN"),
         ("--gpu-memory-utilization 0.5", "--gpu-memory-utilization", "T4SERVE_GPU_MEMORY_UTILIZATION"),
         ("--enforce-eager --dtype=bfloat16", "--dtype", "T4SERVE_DTYPE"),
         ("--served-model-name x", "--served-model-name", "T4SERVE_SERVED_MODEL_NAME"),
@@ -215,23 +214,25 @@ def test_vllm_args_conflicts_name_flag_and_variable(args: str, flag: str, variab
 
 
 @pytest.mark.parametrize(
-    ("arg", "why"),
+    ("args", "why"),
     [
-        ("--kv-cache-dtype", "use T4SERVE_KV_CACHE_DTYPE instead"),
-        ("--tensor-parallel-size", "one GPU"),
-        ("-tp", "one GPU"),
-        ("-tp2", "one GPU"),
-        ("--config", "YAML"),
+        ("--kv-cache-dtype int8", "use T4SERVE_KV_CACHE_DTYPE instead"),
+        ("--tensor-parallel-size 2", "one GPU"),
+        ("-tp 2", "one GPU"),
+        ("-t 2", "one GPU"),  # argparse reads it as -tp
+        ("-tp2", "is not a flag of vLLM"),  # nor does vLLM's parser read it
+        ("--config x.yaml", "YAML"),
+        ("--help", "print its help and exit"),
     ],
 )
-def test_vllm_args_fixed_flags(arg: str, why: str) -> None:
-    problem = vllm_flag_conflict(arg)
-    assert problem is not None and why in problem
+def test_vllm_args_fixed_flags(args: str, why: str) -> None:
+    assert why in error_for({"T4SERVE_VLLM_ARGS": args}).message()
 
 
-@pytest.mark.parametrize("arg", ["--enforce-eager", "--enable-prefix-caching", "x", "-"])
-def test_vllm_args_allowed(arg: str) -> None:
-    assert vllm_flag_conflict(arg) is None
+@pytest.mark.parametrize("args", ["--enforce-eager", "--enable-prefix-caching", "--enable-prefix --seed=3",
+                                  "--max-logprobs -1"])
+def test_vllm_args_allowed(args: str) -> None:
+    assert parse({"T4SERVE_VLLM_ARGS": args}).vllm_args
 
 
 def test_token_from_env_is_a_secret() -> None:
@@ -433,8 +434,8 @@ def test_bad_api_key_value_is_redacted_in_the_error(value: str) -> None:
     [
         (f"--enforce-eager --api-key {API_KEY}", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
         (f"--api-key={API_KEY}", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
-        (f"--api_key {API_KEY} k2", "--api-key", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", "k2"),
-        (f"--api-k={API_KEY}", "--api-k", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
+        (f"--api_key {API_KEY} k2", "--api_key (--api-key)", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", "k2"),
+        (f"--api-k={API_KEY}", "--api-k (--api-key)", "T4SERVE_API_KEY_FILE or T4SERVE_API_KEY", API_KEY),
         (f"--hf-token {TOKEN}", "--hf-token", "HF_TOKEN or HF_TOKEN_FILE", TOKEN),
     ],
 )

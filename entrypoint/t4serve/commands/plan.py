@@ -15,7 +15,7 @@ from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.pipeline import ensure_model
-from t4serve.planning.plan import plan
+from t4serve.planning.plan import plan, refuse_unreadable_model
 
 
 @click.command("plan")
@@ -31,16 +31,9 @@ def command(as_json: bool, facts_file: str | None, gpu: str | None, settings: Se
         click.echo(json.dumps({"settings": settings.to_dict(), "plan": the_plan.to_dict()}, indent=2))
     else:
         click.echo(f"answer: {the_plan.answer()}\n\nplan:\n{the_plan.summary()}\n\nsettings:\n{settings.summary()}")
-    model = facts.model
-    if model is not None and model.source == "invalid":
-        # The plan above is printed for what it can say; with no checkpoint to size it is no plan to run: exit 2
-        # in both forms, as `roofline` refuses the same checkpoint.
-        raise ConfigError(
-            f"cannot read the checkpoint {settings.model.requested}",
-            found=model.error or "the probe could not read it",
-            required="config.json and readable safetensors headers",
-            fix="re-download the checkpoint, or point T4SERVE_MODEL at a complete checkpoint directory",
-        )
+    # The plan above is printed for what it can say; with no checkpoint to size it is no plan to run: exit 2 in both
+    # forms, as every command refuses the same checkpoint.
+    refuse_unreadable_model(settings, facts.model)
     if the_plan.sizing is None and the_plan.gpu is not None:
         # A GPU to size for and a checkpoint read, yet no sizing: settings vLLM refuses (batched tokens below the
         # sequences) or a model outside what t4serve sizes (an unknown layer type). serve refuses it, and roofline

@@ -13,6 +13,7 @@ from t4serve.config.options import settings_options
 from t4serve.config.settings import Settings
 from t4serve.errors import PreflightError
 from t4serve.pipeline import ensure_model, prepare
+from t4serve.planning.plan import refuse_unreadable_model
 from t4serve.preflight import format_table, has_failures, to_json
 
 
@@ -25,4 +26,7 @@ def command(as_json: bool, facts_file: str | None, settings: Settings) -> int:
     facts = ensure_model(settings, read_facts(settings, facts_file))
     _plan, findings = prepare(settings, facts)
     click.echo(to_json(findings) if as_json else format_table(findings), nl=not as_json)
+    # The findings are printed whole; a checkpoint that cannot be read is bad input, refused with exit 2 as by every
+    # other command, before the machine's failures (exit 3).
+    refuse_unreadable_model(settings, facts.model)
     return PreflightError.exit_code if has_failures(findings) else 0

@@ -72,6 +72,7 @@ def command(model_argument: str | None, settings: Settings) -> int:
 
     MODEL, as `vllm serve MODEL` takes it, is the same as --model (T4SERVE_MODEL)."""
     from t4serve.pipeline import gather_facts, prepare
+    from t4serve.planning.plan import refuse_unreadable_model
     from t4serve.preflight import format_table, has_failures
 
     if model_argument is not None:
@@ -85,6 +86,8 @@ def command(model_argument: str | None, settings: Settings) -> int:
         with contextlib.suppress(OSError):
             (Path(settings.state_dir) / leftover).unlink(missing_ok=True)
     facts = gather_facts(settings, os.environ)
+    # Bad input, as in every command (exit 2, so T4SERVE_ON_CONFIG_ERROR=wait holds it), whatever T4SERVE_PREFLIGHT.
+    refuse_unreadable_model(settings, facts.model)
     plan, findings = prepare(settings, facts)
     _say("preflight:\n" + format_table(findings))
     failures = [f for f in findings if f.level == "fail"]

@@ -16,6 +16,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from t4serve.config.vllmargv import read_vllm_args
+
 AUTO = "auto"
 
 
@@ -40,18 +42,20 @@ RUNGS_BY_NAME = {r.name: r for r in LADDER}
 MODES = (AUTO, *RUNGS_BY_NAME)
 
 
+# vLLM's dests that set compilation: `--enforce-eager` (and `--no-enforce-eager`), `--compilation-config` (`-cc`, its
+# dotted keys), `--optimization-level` (`-O3`).
+COMPILATION_DESTS = frozenset({"enforce_eager", "compilation_config", "optimization_level"})
+
+
+def compilation_flags(vllm_args: Sequence[str]) -> list[str]:
+    """The flags of T4SERVE_VLLM_ARGS that set compilation, as written, in any spelling vLLM's parser reads
+    (t4serve.config.vllmargv)."""
+    return [o.written for o in read_vllm_args(vllm_args).occurrences if o.action.dest in COMPILATION_DESTS]
+
+
 def user_controls_compilation(vllm_args: Sequence[str]) -> bool:
-    """Whether T4SERVE_VLLM_ARGS sets compilation itself (`--enforce-eager`, `--compilation-config[.x]`, `-O...`,
-    `-cc...`; underscores read as dashes, as vLLM reads them): then t4serve adds no compile flags."""
-    for arg in vllm_args:
-        name = arg.split("=", 1)[0]
-        if name.startswith("--"):
-            name = name.replace("_", "-")
-            if name in ("--enforce-eager", "--compilation-config") or name.startswith("--compilation-config."):
-                return True
-        elif name.startswith(("-O", "-cc")):
-            return True
-    return False
+    """Whether T4SERVE_VLLM_ARGS sets compilation itself: then t4serve adds no compile flags."""
+    return bool(compilation_flags(vllm_args))
 
 
 def ladder_for(mode: str, vllm_args: Sequence[str]) -> tuple[Rung, ...]:

@@ -9,16 +9,18 @@ Refused, each with why and what owns it instead (`REFUSED_KV_FLAGS`, `refused_kv
 method (a draft model adds KV layers, some switch async scheduling off), `--disable-sliding-window`, context
 parallelism, KV connectors and offloading, and `--attention-config`.
 
-vLLM's parser accepts `--flag=value`, underscores for dashes and unambiguous abbreviations; so do these checks
-(t4serve.config.vllmflags.canonical_flag, names_flag). Pure: strings in, reasons and a KVFlags out.
+The arguments are read as vLLM's parser reads them (t4serve.config.vllmargv: `--flag=value`, underscores, unambiguous
+abbreviations, short aliases, dotted keys merged into one JSON value, the last of a flag winning), so each flag is
+checked however it was written. Pure: strings in, reasons and a KVFlags out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from t4serve import untrusted
-from t4serve.config.vllmflags import canonical_flag, names_flag
+from t4serve.config.vllmargv import Occurrence, flag_table, read_vllm_args
 
 # The block sizes t4serve models: every attention backend vLLM 0.33 picks on the GPUs t4serve plans for runs them
 # unsplit (Triton and FlashAttention take multiples of 16, FlashInfer exactly 16, 32 or 64), so sliding-window layers,
@@ -31,28 +33,22 @@ PLAN_BLOCK_SIZE = 16
 # The speculative method whose KV accounting is the target model's own (checked against vLLM's planner).
 MODELLED_SPECULATIVE_METHOD = "ngram_gpu"
 
-# Switch flags: the option as vLLM names it (BooleanOptionalAction and its aliases) -> (field, value).
+# Switches, by vLLM's dest -> (KVFlags field, whether the switch on means the field off). Each dest's options (and
+# those that set it false: `--no-x`, `--disable-x` of an `--enable-x`) come from vLLM's table.
 SWITCHES: dict[str, tuple[str, bool]] = {
-    "--async-scheduling": ("async_scheduling", True),
-    "--no-async-scheduling": ("async_scheduling", False),
-    "--enable-chunked-prefill": ("chunked_prefill", True),
-    "--no-enable-chunked-prefill": ("chunked_prefill", False),
-    "--disable-chunked-prefill": ("chunked_prefill", False),
-    "--disable-hybrid-kv-cache-manager": ("hybrid_kv_cache_manager", False),
-    "--no-disable-hybrid-kv-cache-manager": ("hybrid_kv_cache_manager", True),
-    "--enable-hybrid-kv-cache-manager": ("hybrid_kv_cache_manager", True),
+    "async_scheduling": ("async_scheduling", False),
+    "enable_chunked_prefill": ("chunked_prefill", False),
+    "disable_hybrid_kv_cache_manager": ("hybrid_kv_cache_manager", True),
 }
 BLOCK_SIZE_FLAG = "--block-size"
-SPECULATIVE_FLAGS = ("--speculative-config", "--spec-method", "--spec-model")
+SPECULATIVE_CONFIG = "--speculative-config"
 
 # Flags that change vLLM's KV accounting in ways t4serve does not model: why, and what to do instead.
 REFUSED_KV_FLAGS: dict[str, str] = {
     "--disable-sliding-window": "it turns every sliding-window layer into full attention and caps max_model_len at "
     "the window, which t4serve's KV sizing does not model; set T4SERVE_MAX_MODEL_LEN to bound requests instead",
     "--decode-context-parallel-size": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
-    "-dcp": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
     "--prefill-context-parallel-size": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
-    "-pcp": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
     "--dcp-kv-cache-interleave-size": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
     "--cp-kv-cache-interleave-size": "context parallelism shards the KV cache across GPUs; t4serve serves one GPU",
     "--kv-transfer-config": "a KV connector can switch the hybrid KV cache manager off and moves KV blocks off the "
@@ -61,8 +57,6 @@ REFUSED_KV_FLAGS: dict[str, str] = {
     "--kv-offloading-backend": "KV offloading adds a host tier t4serve's KV sizing does not model",
     "--attention-config": "it can set the backend per layer kind, the FlashAttention version and sparse attention, "
     "which move the KV layout; set T4SERVE_ATTENTION instead",
-    "-ac": "it can set the backend per layer kind, the FlashAttention version and sparse attention, which move the KV "
-    "layout; set T4SERVE_ATTENTION instead",
 }
 
 
@@ -111,21 +105,17 @@ def block_size(value: str) -> int | None:
         return None
 
 
-def _switch(name: str) -> tuple[str, tuple[str, bool]] | None:
-    for flag, setting in SWITCHES.items():
-        if names_flag(name, flag):
-            return flag, setting
-    return None
+def _is(occurrence: Occurrence, flag: str) -> bool:
+    return occurrence.action is flag_table().action(flag)
 
 
-def _names(name: str, flag: str) -> bool:
-    # Short options take their value glued on (-dcp2): compare by prefix.
-    return name.startswith(flag) if not flag.startswith("--") else names_flag(name, flag)
-
-
-def _speculative_method(name: str, value: str) -> tuple[str | None, str | None]:
-    """(the method this argument names or None, a reason to refuse it or None) for one speculative argument."""
-    if name == "-sc" or names_flag(name, "--speculative-config"):
+def _speculative(occurrence: Occurrence) -> tuple[str | None, str | None] | None:
+    """(the method this flag names or None, a reason to refuse it or None), or None for a flag that is none of the
+    speculative ones."""
+    value = occurrence.value
+    if value is None:
+        return None
+    if _is(occurrence, SPECULATIVE_CONFIG):
         not_json = ("its value is not a JSON object, which vLLM reads it as (quote it for the shell: "
                     f"'{{\"method\": \"{MODELLED_SPECULATIVE_METHOD}\", \"num_speculative_tokens\": 3}}')")
         try:
@@ -140,18 +130,11 @@ def _speculative_method(name: str, value: str) -> tuple[str | None, str | None]:
         if method is not None and not isinstance(method, str):
             return None, f"its method must be a JSON string (found a {type(method).__name__})"
         return method, None
-    base, dot, key = name.partition(".")
-    if dot and names_flag(base, "--speculative-config"):
-        if key == "method":
-            return value.strip(), None
-        if key == "model":
-            return None, "its --speculative-config names a draft model, whose KV cache layers t4serve does not size"
-        return None, None
-    if names_flag(name, "--spec-method"):
+    if _is(occurrence, "--spec-method"):
         return value.strip(), None
-    if names_flag(name, "--spec-model"):
+    if _is(occurrence, "--spec-model"):
         return None, "--spec-model names a draft model, whose KV cache layers t4serve does not size"
-    return None, None
+    return None
 
 
 def _refused_method(method: str) -> str:
@@ -163,62 +146,58 @@ def _refused_method(method: str) -> str:
     )
 
 
-def refused_kv_flag(arg: str, following: str | None) -> str | None:
-    """Why `arg` (with its value glued on by `=`, or the next argument) is refused for what it does to vLLM's KV
-    accounting, or None."""
-    if not arg.startswith("-") or arg in ("-", "--"):
-        return None
-    raw, eq, glued = arg.partition("=")
-    name = canonical_flag(raw)
-    value = glued if eq else following
+def refused_kv_flag(occurrence: Occurrence) -> str | None:
+    """Why the flag `occurrence` is refused for what it does to vLLM's KV accounting, or None."""
+    written = occurrence.written.partition(".")[0]
     for flag, reason in REFUSED_KV_FLAGS.items():
-        if _names(name, flag) or (flag.startswith("--") and name.startswith(flag + ".")):
-            return f"must not contain {raw}: {reason}"
-    if names_flag(name, BLOCK_SIZE_FLAG):
-        if value is None:
-            return f"must give {raw} a value (one of {', '.join(map(str, MODELLED_BLOCK_SIZES))}): it ends the flags"
-        size = block_size(value)
+        if _is(occurrence, flag):
+            return f"must not contain {written}: {reason}"
+    if occurrence.missing is not None:
+        return None  # no value to judge: vLLM's parser refuses it (t4serve.config.vllmflags.unread_argument)
+    if _is(occurrence, BLOCK_SIZE_FLAG):
+        value = occurrence.value
+        sizes = ", ".join(map(str, MODELLED_BLOCK_SIZES))
+        size = block_size(value) if value is not None else None
         if size is None:
-            sizes = ", ".join(map(str, MODELLED_BLOCK_SIZES))
-            return f"must give {raw} a whole number of tokens in ASCII digits ({sizes})"
+            return f"must give {written} a whole number of tokens in ASCII digits ({sizes})"
         if size not in MODELLED_BLOCK_SIZES:
             return (
-                f"must not contain {raw} {size}: t4serve sizes the KV cache for block sizes "
-                f"{', '.join(map(str, MODELLED_BLOCK_SIZES))}, which every attention backend vLLM 0.33 picks on "
-                "these GPUs runs unsplit (sliding-window layers then take the same block)"
+                f"must not contain {written} {size}: t4serve sizes the KV cache for block sizes {sizes}, which every "
+                "attention backend vLLM 0.33 picks on these GPUs runs unsplit (sliding-window layers then take the "
+                "same block)"
             )
         return None
-    if eq and _switch(name) is not None:
-        return f"must not give the switch {raw} a value (vLLM's parser refuses `{raw}={glued[:20]}`); write {raw} alone"
-    if value is not None and (name == "-sc" or any(names_flag(name.partition(".")[0], f) for f in SPECULATIVE_FLAGS)):
-        method, refusal = _speculative_method(name, value)
+    speculative = _speculative(occurrence)
+    if speculative is not None:
+        method, refusal = speculative
         if refusal is not None:
-            return f"must not contain {raw}: {refusal}"
+            return f"must not contain {written}: {refusal}"
         if method is not None and method != MODELLED_SPECULATIVE_METHOD:
             return _refused_method(method)
     return None
 
 
-def kv_flags(vllm_args: tuple[str, ...]) -> KVFlags:
-    """The KV-relevant settings of T4SERVE_VLLM_ARGS, already checked by `refused_kv_flag` (a later flag wins, as in
-    argparse)."""
+def refused_kv_flags(args: Sequence[str]) -> tuple[str, str] | None:
+    """(why, the flag as written) for the first flag of `args` refused by `refused_kv_flag`, or None."""
+    for occurrence in read_vllm_args(args).occurrences:
+        why = refused_kv_flag(occurrence)
+        if why is not None:
+            return why, occurrence.written
+    return None
+
+
+def kv_flags(vllm_args: Sequence[str]) -> KVFlags:
+    """The KV-relevant settings of T4SERVE_VLLM_ARGS, already checked by `refused_kv_flag`; the last flag of each
+    wins, as in argparse."""
     values: dict[str, object] = {}
-    for i, arg in enumerate(vllm_args):
-        if not arg.startswith("-"):
-            continue
-        raw, eq, glued = arg.partition("=")
-        name = canonical_flag(raw)
-        following = vllm_args[i + 1] if i + 1 < len(vllm_args) else None
-        value: str | None = glued if eq else following
-        switch = _switch(name)
-        if switch is not None and not eq:
-            field, setting = switch[1]
-            values[field] = setting
-        elif names_flag(name, BLOCK_SIZE_FLAG) and value is not None and (size := block_size(value)) is not None:
-            values["block_size"] = size
-        elif value is not None and (name == "-sc" or any(names_flag(name.partition(".")[0], f)
-                                                        for f in SPECULATIVE_FLAGS)):
-            method, _why = _speculative_method(name, value)
-            if method is not None:
-                values["speculative_method"] = method
+    for occurrence in read_vllm_args(vllm_args).occurrences:
+        switch = SWITCHES.get(occurrence.action.dest)
+        if switch is not None:
+            field, inverted = switch
+            values[field] = occurrence.switched_on != inverted
+        elif _is(occurrence, BLOCK_SIZE_FLAG):
+            if occurrence.value is not None and (size := block_size(occurrence.value)) is not None:
+                values["block_size"] = size
+        elif (speculative := _speculative(occurrence)) is not None and speculative[0] is not None:
+            values["speculative_method"] = speculative[0]
     return KVFlags(**values)  # type: ignore[arg-type]

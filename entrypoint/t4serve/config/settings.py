@@ -22,9 +22,11 @@ from typing import Any
 from t4serve import untrusted
 from t4serve.config import compilation, secrets
 from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
-from t4serve.config.kvflags import refused_kv_flag
+from t4serve.config.kvflags import refused_kv_flags
 from t4serve.config.secrets import Secret
 from t4serve.config.variables import (
+    MAX_NAME_CHARS,
+    MAX_VLLM_ARGS_CHARS,
     Context,
     Invalid,
     Variable,
@@ -41,15 +43,13 @@ from t4serve.config.variables import (
     switch_text,
 )
 from t4serve.config.vllmflags import (
-    CONTROLLED_FLAGS,
-    canonical_flag,
+    Refusal,
     foreign_number,
-    names_flag,
     redact_vllm_args,
-    refused_value,
+    refused_flags,
     secret_flag_inside,
     secret_in_value,
-    vllm_flag_conflict,
+    unread_argument,
 )
 from t4serve.errors import ConfigError
 from t4serve.gpus import (
@@ -173,29 +173,34 @@ def _vllm_args(raw: str, ctx: Context) -> tuple[str, ...]:
         raise Invalid(
             f"must be shell-quoted flags ({exc})", "'--enforce-eager --enable-prefix-caching'"
         ) from None
+    # First: a secret inside a value is refused for that, before any reason that might quote the value.
     for i, arg in enumerate(args):
         following = args[i + 1] if i + 1 < len(args) else None
-        problem = (
-            # First: a secret inside a JSON value is refused for that, before any reason that might quote the value.
-            secret_in_value(arg)
-            or (secret_in_value(following) if following is not None else None)
-            or vllm_flag_conflict(arg)
-            or refused_value(arg, following)
-            or secret_flag_inside(arg)
-            # Flags that move vLLM's KV accounting in ways the plan does not model (t4serve.config.kvflags).
-            or refused_kv_flag(arg, following)
-            # Numbers vLLM's parser reads otherwise than a person (issue 33).
-            or foreign_number(arg)
-        )
-        if problem is not None:
-            flag = arg.split("=", 1)[0]
-            use = next((v for f, v in CONTROLLED_FLAGS.items() if names_flag(canonical_flag(flag), f)), None)
-            fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {use} instead" if use else "")
-            # The example completes the reason: the variable to use where there is one, else flags that would do.
-            first = (use or "").split(" or ")[0]  # "HF_TOKEN or HF_TOKEN_FILE": the first
-            example = f"{first}={VARIABLES_BY_NAME[first].example}" if first in VARIABLES_BY_NAME else "--enforce-eager"
-            # The message shows T4SERVE_VLLM_ARGS through redact_vllm_args (in setting_error): no secret value in it.
-            raise Invalid(problem, example, fix)
+        why = (secret_in_value(arg) or (secret_in_value(following) if following is not None else None)
+               or secret_flag_inside(arg))
+        if why is not None:
+            raise Invalid(why, "--enforce-eager", f"remove {arg.split('=', 1)[0][:60]} from T4SERVE_VLLM_ARGS")
+    # Then the flags as vLLM's parser reads them (t4serve.config.vllmargv): those t4serve owns or refuses, those that
+    # move the KV accounting in ways the plan does not model (t4serve.config.kvflags), then anything vLLM's parser
+    # itself would refuse (an unknown or ambiguous flag, a value-taking flag with no value).
+    refusal = refused_flags(args)
+    if refusal is None and (kv := refused_kv_flags(args)) is not None:
+        refusal = Refusal(*kv)
+    refusal = refusal or unread_argument(args)
+    if refusal is not None:
+        flag = refusal.flag.split("=", 1)[0]
+        fix = f"remove {flag} from T4SERVE_VLLM_ARGS" + (f" and set {refusal.variable} instead"
+                                                          if refusal.variable else "")
+        # The example completes the reason: the variable to use where there is one, else flags that would do.
+        first = (refusal.variable or "").split(" or ")[0]  # "HF_TOKEN or HF_TOKEN_FILE": the first
+        example = f"{first}={VARIABLES_BY_NAME[first].example}" if first in VARIABLES_BY_NAME else "--enforce-eager"
+        # The message shows T4SERVE_VLLM_ARGS through redact_vllm_args (in setting_error): no secret value in it.
+        raise Invalid(refusal.reason, example, fix)
+    # Numbers vLLM's parser reads otherwise than a person (issue 33).
+    for arg in args:
+        why = foreign_number(arg)
+        if why is not None:
+            raise Invalid(why, "--enforce-eager", f"write {arg.split('=', 1)[0][:60]}'s number in ASCII digits")
     return tuple(args)
 
 
@@ -227,7 +232,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "T4SERVE_SERVED_MODEL_NAME", "served_model_name", None, "the model's repo id (local directory: its name)",
         "Model name clients send in requests (`model` in /v1/completions).",
-        _served_model_name, "gemma-4-e2b", "--served-model-name",
+        _served_model_name, "gemma-4-e2b", "--served-model-name", max_chars=MAX_NAME_CHARS,
     ),
     Variable("T4SERVE_HOST", "host", "0.0.0.0", "0.0.0.0", "Address the OpenAI-compatible server binds.",
              host_address, "0.0.0.0", "--host"),
@@ -320,11 +325,13 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "T4SERVE_VLLM_ARGS", "vllm_args", "", "(none)",
-        "Extra `vllm serve` flags, shell-quoted. Flags t4serve sets are refused with the variable to use, and so are "
-        "flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or change "
-        "the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); flags that move the KV cache "
-        "are sized or refused (docs/sizing.md).",
-        _vllm_args, "--enforce-eager", "--vllm-args",
+        "Extra `vllm serve` flags, shell-quoted, read as vLLM's own parser reads them (the last of a flag wins; "
+        "`--flag=value`, underscores and unambiguous abbreviations count; a flag vLLM does not have, an ambiguous "
+        "one or one missing its value is refused). Flags t4serve sets are refused with the variable to use, and so "
+        "are flags that leave its healthcheck nothing to talk to (`--headless`, `--uds`, `--grpc`, `--ssl-*`) or "
+        "change the checkpoint it sized (`--revision`, `--hf-overrides`, `--hf-config-path`); flags that move the KV "
+        "cache are sized or refused (docs/sizing.md).",
+        _vllm_args, "--enforce-eager", "--vllm-args", max_chars=MAX_VLLM_ARGS_CHARS,
     ),
     secrets.HF_TOKEN,
     secrets.HF_TOKEN_FILE,
@@ -483,7 +490,7 @@ class Settings:
             )
         if values["compile"] != compilation.AUTO and compilation.user_controls_compilation(values["vllm_args"]):
             # Two settings choosing compilation: the flags used to win silently over T4SERVE_COMPILE=eager.
-            flags = [a for a in values["vllm_args"] if compilation.user_controls_compilation([a])]
+            flags = compilation.compilation_flags(values["vllm_args"])
             errors.append(
                 ConfigError(
                     f"T4SERVE_COMPILE={values['compile']} and compilation flags in T4SERVE_VLLM_ARGS both choose how "

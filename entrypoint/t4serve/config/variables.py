@@ -52,6 +52,15 @@ _SIZE_UNITS = {
 }
 
 
+# What one setting may hold: far past a path (4,095 bytes), a repo id, a key or a token, and short of a value that is
+# repeated into megabytes of output (every row of `profiles` quotes the command line, served model name included).
+MAX_SETTING_CHARS = 4096
+# T4SERVE_VLLM_ARGS holds several flags, JSON-valued ones among them (a speculative or compilation config).
+MAX_VLLM_ARGS_CHARS = 8192
+# A name clients send with every request (T4SERVE_SERVED_MODEL_NAME): a repo id is at most 96 characters on the hub.
+MAX_NAME_CHARS = 256
+
+
 class Invalid(Exception):
     """Raised by a parser: `reason` completes "NAME=VALUE: must be ...", `example` is a value that would work."""
 
@@ -88,6 +97,8 @@ class Variable:
     secret: bool = False
     # Computes the default from the environment when it depends on it (HF_HOME follows XDG_CACHE_HOME like the hub).
     default_from: Callable[[Context], Any] | None = None
+    # The longest value accepted, in characters (checked before anything else reads it).
+    max_chars: int = MAX_SETTING_CHARS
 
     @property
     def param(self) -> str:
@@ -178,7 +189,10 @@ def file_path(raw: str, ctx: Context) -> str:
 
 
 def checked_text(var: Variable, raw: str) -> str:
-    """Every value, before its parser: no control characters (T4SERVE_VLLM_ARGS may span lines), valid UTF-8."""
+    """Every value, before its parser: at most `var.max_chars` characters, no control characters (T4SERVE_VLLM_ARGS
+    may span lines), valid UTF-8."""
+    if len(raw) > var.max_chars:
+        raise Invalid(f"must be at most {var.max_chars:,} characters (found {len(raw):,})", var.example)
     try:
         return untrusted.check_text(raw, "", allow_blanks=var.field == "vllm_args" or var.secret)
     except untrusted.Untrusted as exc:

@@ -1,18 +1,22 @@
-"""The vLLM flag policy: the `vllm serve` flags t4serve owns, those it refuses, and how a flag is recognised.
+"""The vLLM flag policy: the `vllm serve` flags t4serve owns, those it refuses, and why.
 
 T4SERVE_VLLM_ARGS passes extra flags to vLLM; a flag that repeats one t4serve sets (CONTROLLED_FLAGS), one it fixes
 (FIXED_FLAGS), one that breaks its supervision or changes what it sized (SUPERVISION_FLAGS), a refused value
-(REFUSED_FLAG_VALUES) or a secret (SECRET_FLAGS) is refused with the variable to use instead. vLLM's parser accepts
-`--flag=value`, underscores for dashes and unambiguous abbreviations; so do these checks. Pure: strings in, reasons
-out.
+(REFUSED_FLAG_VALUES) or a secret (SECRET_FLAGS) is refused with the variable to use instead. Each table names a flag
+by one option string of vLLM's; the arguments are read as vLLM's parser reads them (t4serve.config.vllmargv), so a
+flag is refused in every spelling that parser takes (`--flag=value`, underscores, an abbreviation, a short alias, a
+dotted key). Owning one more flag is one entry here. Pure: strings in, reasons out.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from t4serve import untrusted
+from t4serve.config.vllmargv import Occurrence, flag_table, read_vllm_args, resolve
 
 # Flags of `vllm serve` that t4serve sets itself, and the variable that controls each. A user flag that repeats one
 # would either be overridden or override the plan silently, so it is refused with the variable to use instead.
@@ -45,18 +49,15 @@ SECRET_FLAGS = ("--hf-token", "--api-key")
 # Flags t4serve fixes with no variable: why each is fixed is part of the error.
 FIXED_FLAGS: dict[str, str] = {
     "--tensor-parallel-size": "t4serve serves one GPU (--tensor-parallel-size 1)",
-    "-tp": "t4serve serves one GPU (--tensor-parallel-size 1)",
     "--pipeline-parallel-size": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
-    "-pp": "t4serve serves one GPU and sizes the KV cache for it (no pipeline parallelism)",
     "--data-parallel-size": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
-    "-dp": "t4serve serves one GPU per container (run one container per GPU for data parallelism)",
     "--quantization": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with "
     "T4SERVE_MODEL (qat) instead",
-    "-q": "t4serve sizes the weights from the checkpoint as it is; pick a quantized checkpoint with T4SERVE_MODEL",
     "--cpu-offload-gb": "t4serve sizes the weights as held in GPU memory; offloading makes its KV sizing wrong",
     "--num-gpu-blocks-override": "t4serve sizes the KV cache itself; use T4SERVE_KV_CACHE_MEMORY_BYTES instead",
     # A YAML config can set any flag above where no check sees it.
     "--config": "a YAML config could set t4serve's flags unseen; put the flags themselves in T4SERVE_VLLM_ARGS",
+    "--help": "vLLM would print its help and exit instead of serving; `docker run IMAGE vllm serve --help` shows it",
 }
 
 # Flags that take away what t4serve's supervision talks to, or change which checkpoint vLLM loads after t4serve sized
@@ -110,17 +111,9 @@ NUMBA_SPECULATIVE_WHY = (
 )
 
 
-def _refused_speculative(name: str, value: str) -> str | None:
-    """Why a --speculative-config (JSON, `-sc`, or a dotted key such as `--speculative-config.method ngram`) is
-    refused, or None. A value that is not JSON is left to vLLM's own parser, which names it."""
-    if name.startswith("--"):
-        base, dot, key = canonical_flag(name).partition(".")
-        if not names_flag(base, SPECULATIVE_FLAG):
-            return None
-        if dot:
-            return NUMBA_SPECULATIVE_WHY if key in ("method", "model") and _numba_method(value) else None
-    elif name != "-sc":
-        return None
+def _refused_speculative(value: str) -> str | None:
+    """Why a --speculative-config value (JSON, merged from dotted keys as vLLM merges them) is refused, or None. A value
+    that is not JSON is left to vLLM's own parser, which names it."""
     try:
         config = untrusted.loads_json(value, "--speculative-config")
     except untrusted.Untrusted:
@@ -136,18 +129,21 @@ def _numba_method(value: str) -> bool:
     return value.strip().lower() in NUMBA_SPECULATIVE_METHODS
 
 
-def refused_value(arg: str, following: str | None) -> str | None:
-    """Why `arg` (with its value glued on by `=`, or the next argument) is refused for its value, or None."""
-    name, eq, glued = arg.partition("=")
-    value = glued if eq else following
+def _is(occurrence: Occurrence, flag: str) -> bool:
+    """`occurrence` is the flag a policy table names, however it was written."""
+    return occurrence.action is flag_table().action(flag)
+
+
+def refused_value(occurrence: Occurrence) -> str | None:
+    """Why the value `occurrence` gives its flag is refused, or None."""
+    value = occurrence.value
     if value is None:
         return None
-    speculative = _refused_speculative(name, value)
-    if speculative is not None or not name.startswith("--"):
-        return speculative
+    if _is(occurrence, SPECULATIVE_FLAG):
+        return _refused_speculative(value)
     word = value.strip().lower()
     for flag, refused in REFUSED_FLAG_VALUES.items():
-        if names_flag(canonical_flag(name), flag) and word in refused:
+        if _is(occurrence, flag) and word in refused:
             return f"must not contain {flag} {word}: {refused[word]}"
     return None
 
@@ -221,8 +217,14 @@ def secret_flag_inside(arg: str) -> str | None:
 
 
 def is_secret_flag(flag: str) -> bool:
-    """`flag` (as written, `--api_key`, an abbreviation) names one of SECRET_FLAGS."""
-    return flag.startswith("--") and any(names_flag(canonical_flag(flag), f) for f in SECRET_FLAGS)
+    """`flag` (as written, `--api_key`, an abbreviation, in capitals) may name one of SECRET_FLAGS: what vLLM's parser
+    reads as one, and any prefix of one besides (redaction errs towards hiding)."""
+    if not flag.startswith("--"):
+        return False
+    if any(names_flag(canonical_flag(flag), f) for f in SECRET_FLAGS):
+        return True
+    occurrence = resolve(flag)
+    return occurrence is not None and any(_is(occurrence, f) for f in SECRET_FLAGS)
 
 
 def redact_vllm_args(raw: str) -> str:
@@ -230,49 +232,62 @@ def redact_vllm_args(raw: str) -> str:
     return untrusted.redact_flags(raw, is_secret_word)
 
 
-def vllm_flag_conflict(arg: str) -> str | None:
-    """Why `arg` may not appear in T4SERVE_VLLM_ARGS, or None when it may.
+@dataclass(frozen=True)
+class Refusal:
+    """Why T4SERVE_VLLM_ARGS is refused: `reason` completes "T4SERVE_VLLM_ARGS=...: ..." and never quotes a value;
+    `flag` is the flag as written (for "remove it"), `variable` the setting to use instead where there is one."""
 
-    vLLM accepts `--flag=value`, underscores for dashes, and (argparse) unambiguous abbreviations; all three count.
-    """
-    if not arg.startswith("-") or arg == "-" or arg == "--":
+    reason: str
+    flag: str
+    variable: str | None = None
+
+
+def flag_refusal(occurrence: Occurrence) -> Refusal | None:
+    """Why t4serve refuses the flag `occurrence` is (owned, fixed, supervision, or its value), or None."""
+    written = occurrence.written.partition(".")[0]
+    # An abbreviation or alias is named with the option vLLM reads it as.
+    shown = written if written == occurrence.option else f"{written} ({occurrence.option})"
+    for flag, variable in CONTROLLED_FLAGS.items():
+        if _is(occurrence, flag):
+            if flag in SECRET_FLAGS:
+                why = ("on a command line the secret would show in `ps` and in t4serve's plan; "
+                       f"use {variable} instead (it reaches vLLM through its environment only)")
+            else:
+                why = f"t4serve sets {flag} itself; use {variable} instead"
+            return Refusal(f"must not contain {shown}: {why}", occurrence.written, variable)
+    for table in (FIXED_FLAGS, SUPERVISION_FLAGS):
+        for flag, why in table.items():
+            if _is(occurrence, flag):
+                return Refusal(f"must not contain {shown}: {why}", occurrence.written)
+    value_why = refused_value(occurrence)
+    return None if value_why is None else Refusal(value_why, occurrence.written)
+
+
+def refused_flags(args: Sequence[str]) -> Refusal | None:
+    """The first flag of `args`, read as vLLM reads them, that t4serve refuses (`flag_refusal`), or None."""
+    for occurrence in read_vllm_args(args).occurrences:
+        refusal = flag_refusal(occurrence)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def unread_argument(args: Sequence[str]) -> Refusal | None:
+    """The first argument vLLM's parser would refuse (`vllmargv.ArgvProblem`), as a Refusal, or None: a flag
+    `vllm serve` does not have, an ambiguous abbreviation, a value-taking flag with no value, a value with no flag."""
+    problem = read_vllm_args(args).problem
+    if problem is None:
         return None
-    name = canonical_flag(arg.split("=", 1)[0]) if arg.startswith("--") else arg.split("=", 1)[0]
-    why = vllm_flag_refusal(arg)
-    # A dict flag's key (`--hf-overrides.text_config...`) is named by its flag.
-    return None if why is None else f"must not contain {name.partition('.')[0]}: {why}"
+    return Refusal(f"must be flags `vllm serve` reads, with their values: {problem.written} {problem.reason}",
+                   problem.written)
 
 
 def vllm_flag_refusal(arg: str) -> str | None:
-    """Why t4serve refuses the `vllm serve` flag `arg` names (`--flag`, `--flag=value`, `-tp2`), or None: the reason
-    alone, for T4SERVE_VLLM_ARGS and for an unknown option after `docker run IMAGE`. Never quotes a value."""
-    if not arg.startswith("-") or arg == "-" or arg == "--":
-        return None
-    if not arg.startswith("--"):
-        name = arg.split("=", 1)[0]
-        # Short options take their value glued on (-tp2): compare by prefix.
-        for short, why in FIXED_FLAGS.items():
-            if not short.startswith("--") and name.startswith(short):
-                return why
-        return None
-    name = canonical_flag(arg.split("=", 1)[0])
-    for flag, variable in CONTROLLED_FLAGS.items():
-        if names_flag(name, flag) and flag in SECRET_FLAGS:
-            return (
-                "on a command line the secret would show in `ps` and in t4serve's plan; "
-                f"use {variable} instead (it reaches vLLM through its environment only)"
-            )
-        if names_flag(name, flag):
-            return f"t4serve sets {flag} itself; use {variable} instead"
-    for flag, why in FIXED_FLAGS.items():
-        if flag.startswith("--") and names_flag(name, flag):
-            return why
-    # A dict flag also takes one key at a time (`--hf-overrides.text_config.num_hidden_layers 2`): its base counts.
-    base = name.partition(".")[0]
-    for flag, why in SUPERVISION_FLAGS.items():
-        if names_flag(base, flag):
-            return why
-    return None
+    """Why t4serve refuses the `vllm serve` flag `arg` names (`--flag`, `--flag=value`, an abbreviation), or None:
+    the reason alone, for an unknown option after `docker run IMAGE`. Never quotes a value."""
+    occurrence = resolve(arg)
+    refusal = flag_refusal(occurrence) if occurrence is not None else None
+    return None if refusal is None else refusal.reason.partition(": ")[2]
 
 
 def names_flag(name: str, flag: str) -> bool:

@@ -292,6 +292,18 @@ def _checkpoint_dtype(model: ModelFacts | None) -> str | None:
     return None
 
 
+def refuse_unreadable_model(settings: Settings, model: ModelFacts | None) -> None:
+    """A ConfigError (exit 2) for a checkpoint the probe could not read (a config number out of range or of the wrong
+    type, a broken header): `plan`, `profiles`, `preflight` and `serve` refuse it alike, as `roofline` does."""
+    if model is not None and model.source == "invalid":
+        raise ConfigError(
+            f"cannot read the checkpoint {settings.model.requested}",
+            found=model.error or "the probe could not read it",
+            required="config.json and readable safetensors headers",
+            fix="re-download the checkpoint, or point T4SERVE_MODEL at a complete checkpoint directory",
+        )
+
+
 def scaled_utilization(utilization: float, card_bytes: int, real_bytes: int) -> float:
     """The `--gpu-memory-utilization` that gives vLLM on `real_bytes` the budget `utilization` gives on `card_bytes`:
     rounded down at 6 decimals, so vLLM's budget never exceeds the card's."""

@@ -17,7 +17,7 @@ from typing import Any
 from t4serve.config.settings import KV_CACHE_DTYPES, Settings
 from t4serve.facts import Facts
 from t4serve.planning.derived import format_bytes
-from t4serve.planning.plan import Plan, plan
+from t4serve.planning.plan import Plan, plan, refuse_unreadable_model
 from t4serve.planning.sizing import derived_max_model_len
 from t4serve.serde import to_dict
 
@@ -86,7 +86,10 @@ def attention_of(the_plan: Plan) -> str:
 
 
 def profiles(cases: Sequence[tuple[Settings, Facts]]) -> list[Profile]:
-    """Each (settings for a checkpoint, facts with that checkpoint probed) at every KV cache dtype and length."""
+    """Each (settings for a checkpoint, facts with that checkpoint probed) at every KV cache dtype and length. A
+    checkpoint that cannot be read is refused as `plan` refuses it (a ConfigError), not listed as a profile."""
+    for settings, facts in cases:
+        refuse_unreadable_model(settings, facts.model)
     out = []
     for settings, facts in cases:
         checkpoint = settings.model.requested

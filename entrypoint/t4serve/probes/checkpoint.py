@@ -256,6 +256,28 @@ def check_text_config(text: dict[str, Any]) -> None:
         raise Untrusted(f"layer_types must list one string per layer ({layers}), found {found}")
 
 
+def check_recorded(model: ModelFacts) -> None:
+    """A model's facts read back from a recording (`--facts FILE`) checked as the probe checks the checkpoint they
+    stand for: the text config by `check_text_config`, the weights by part, dtype and count; Untrusted naming the
+    field otherwise. Facts without a config (not local, invalid) plan nothing and pass."""
+    if not model.config:
+        return
+    text = model.config.get("text")
+    if not isinstance(text, dict):
+        raise Untrusted("config.text must be an object: the text config, as the probe records it")
+    check_text_config(text)
+    for group in model.weights:
+        if group.part not in PARTS:
+            raise Untrusted(f"weights: part {group.part[:40]!r} must be one of {', '.join(PARTS)}")
+        unknown = sorted(set(group.bytes_by_dtype) - set(DTYPE_BITS))
+        if unknown:
+            raise Untrusted(f"weights: dtype {unknown[0][:40]!r} of {group.part} must be one of "
+                            f"{', '.join(DTYPE_BITS)}")
+    tensors = sum(group.tensors for group in model.weights)
+    if tensors > MAX_TENSORS:
+        raise Untrusted(f"weights: {tensors:,} tensors, more than the {MAX_TENSORS:,} t4serve reads for one checkpoint")
+
+
 def classify(name: str, text: dict[str, Any]) -> str:
     """The part a tensor belongs to, from its checkpoint name and the text config (for the KV-shared layers)."""
     if "vision_tower" in name or "embed_vision" in name:

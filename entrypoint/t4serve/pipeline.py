@@ -85,7 +85,7 @@ def load_facts(path: str | Path) -> Facts:
     """Facts recorded by `t4serve probe --json`; a missing, unreadable or malformed file is a ConfigError (exit 2).
     The one reader of a facts file (`plan`, `profiles`, `preflight --facts`): bounded and non-blocking (a FIFO or
     /dev/zero is refused), JSON of bounded depth, every field within its type and bounds (t4serve.facts), and the
-    model's config checked as a checkpoint's config.json is (probes.checkpoint.check_recorded)."""
+    model's config read as a checkpoint's config.json is (probes.checkpoint.read_recorded)."""
     file = Path(path)
     required = "JSON written by `t4serve probe --json` of this t4serve version"
     fix = "record one with `t4serve probe --json > facts.json`"
@@ -112,15 +112,16 @@ def load_facts(path: str | Path) -> Facts:
             required=required,
             fix="record it again with `t4serve probe --json > facts.json`",
         ) from None
-    if facts.model is not None:
-        from t4serve.probes.checkpoint import check_recorded
+    model = facts.model
+    if model is not None:
+        from t4serve.probes.checkpoint import read_recorded
 
         try:
-            check_recorded(facts.model)
+            facts = dataclasses.replace(facts, model=read_recorded(model))
         except Untrusted as exc:
             raise ConfigError(
                 f"{printable(str(file))}: the model it records cannot be planned",
-                found=f"{shown(facts.model.requested, 120)}: {exc.reason}",
+                found=f"{shown(model.requested, 120)}: {exc.reason}",
                 required="a model config that passes the checks a checkpoint's config.json passes (the probe "
                 "records one)",
                 fix="record it again with `t4serve probe --json > facts.json`, or fix the field named",

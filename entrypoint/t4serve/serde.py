@@ -145,7 +145,7 @@ def _convert(tp: Any, data: Any, where: str) -> Any:
 def _dataclass(tp: type[Any], data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected an object for {tp.__name__}, found {type(data).__name__}")
-    hints = get_type_hints(tp, include_extras=True)
+    hints = _hints(tp)
     names = {f.name for f in dataclasses.fields(tp)}
     unknown = set(data) - names
     if unknown:
@@ -164,6 +164,16 @@ def _dataclass(tp: type[Any], data: Any, where: str) -> Any:
         except Untrusted as exc:
             raise ConfigError(f"{where}: {exc.reason}") from None
     return obj
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(tp: type[Any]) -> dict[str, Any]:
+    """A dataclass's field types with their marks, evaluated once (they are the class's string annotations)."""
+    if tp not in _HINTS:
+        _HINTS[tp] = get_type_hints(tp, include_extras=True)
+    return _HINTS[tp]
 
 
 def _scalar(tp: type[Any], data: Any, where: str) -> Any:

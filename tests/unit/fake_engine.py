@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t4serve.errors import EngineError
 from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
 from t4serve.supervise.state import (
     CONFIG_ERROR_FILE,
@@ -196,4 +197,9 @@ class FakeEngine:
 
     def copy_out(self, container: str, source: str, destination: Path) -> None:
         self.calls.append(("copy_out", (source, str(destination))))
+        if not self.in_container(source).is_dir():
+            # As `docker cp` of a path the container lacks: the client's refusal, as DockerCli raises it.
+            raise EngineError("docker cp failed", found=f"Error response from daemon: Could not find the file {source} "
+                              f"in container {container}", required="the Docker engine to accept the request",
+                              fix="run the same command by hand to see its whole output")  # fmt: skip
         shutil.copytree(self.in_container(source), destination)

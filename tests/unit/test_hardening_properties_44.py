@@ -7,11 +7,13 @@ of its boundary and used by the real code after it:
   commands for every mutation the reader accepts (of a list, its first two entries: the reader sees them all);
 - the container's contract answers (status, bench start, bench status of every job and of one, the manifest, a
   failure), as the bytes a container prints: the MCP tools' own code (server_status, run_benchmark,
-  benchmark_status, verify_gpu_arch) through an engine whose `t4serve` answers them, the host's secrets redacted;
+  benchmark_status, verify_gpu_arch, each as published: errors and results redacted) through an engine whose
+  `t4serve` answers them, with a sentinel as the host's API key;
 - state files (state.json, config-error.json, exit-request.json): `healthcheck` and `status --json`.
 
-No traceback (an internal error), no sentinel secret (and no control character) in what a tool returns, stores or
-says, every run within its deadline, every exit code one its command promises. Deterministic: the same runs each time.
+No traceback (an internal error), no sentinel secret in what a tool returns, stores or says (a control character in
+it counts as a leak too: container text that reached a result as it came), every run within its deadline, every exit
+code one its command promises. Deterministic: the same runs each time.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from t4serve.host.engine import Completed, ServiceContainer
 from t4serve.mcp.benchtools import BenchTools
 from t4serve.mcp.calls import ToolEnv
 from t4serve.mcp.checktools import CheckTools
-from t4serve.mcp.servertools import ServerTools, read_status
+from t4serve.mcp.servertools import ServerTools
 from t4serve.pipeline import load_facts
 from t4serve.serde import to_dict
 from t4serve.supervise.state import ExitRequest
@@ -190,7 +192,7 @@ def _drive(kind: str, text: str, engine: FakeEngine, make: Callable[[], ToolEnv]
     engine.canned[key] = printed
     try:
         if kind.startswith("status") or kind == "a failure":
-            result: Any = read_status(env)
+            result: Any = anyio.run(ServerTools(env).server_status)
         elif kind == "bench status of one":
             result = anyio.run(BenchTools(env).benchmark_status, RUN)
         elif kind in ("bench status of every job", "bench start"):

@@ -179,17 +179,6 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def redact_value(value: Any, secrets: Sequence[str]) -> Any:
-    """`value` (JSON-like: dicts, lists, text) with every secret replaced in every string, keys included."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact_value(k, secrets): redact_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, secrets) for v in value]
-    return value
-
-
 # What a message quotes of one value: enough to recognise it, never a megabyte argument echoed back or logged.
 MAX_SHOWN_CHARS = 200
 

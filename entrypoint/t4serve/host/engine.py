@@ -194,9 +194,6 @@ class RedactedEngine:
         self.inner = inner
         self.secrets = secrets
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
     def _text(self, text: str) -> str:
         return redact(text, self.secrets())
 

@@ -5,7 +5,8 @@ progress and cancellation, the deployment's lock, and the settings a tool is giv
 engine, this process's environment, a host folder for results and locks). `guarded` wraps every tool: a failure a
 user can meet becomes a tool error reading "what failed / found / required / fix" (never a traceback), a bug a tool
 error saying so, and every result and error (structured fields included) has any secret this process knows replaced by
-`<redacted>`. To know them it reads the variables and the secret files they name (known_secrets), for redaction only.
+`<redacted>`, then escape sequences and control characters removed. To know them it reads the variables and the
+secret files they name (known_secrets), for redaction only.
 `blocking` runs work in a worker thread, reports progress (notifications/progress, when the client sent a progress
 token) while it lasts, and on a cancellation (notifications/cancelled) stops the Docker clients it started
 (t4serve.host.engine.cancelled_by). `ToolEnv.exclusive` holds the deployment's lock (t4serve.mcp.deploylock).
@@ -39,15 +40,7 @@ from t4serve.host.hostcheck import MAX_COMPOSE_BYTES, compose_token_route
 from t4serve.mcp.deploylock import Holder, hold, lock_file
 from t4serve.mcp.models import StatusOut
 from t4serve.probes.gpu import Nvml
-from t4serve.untrusted import (
-    PATH_MAX_BYTES,
-    Untrusted,
-    plain_text,
-    read_text_bounded,
-    redact,
-    redact_value,
-    shown,
-)
+from t4serve.untrusted import PATH_MAX_BYTES, Untrusted, plain_text, read_text_bounded, redact, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -141,7 +134,7 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             said = shown(redact(str(exc), secrets), 500)
             raise ToolError(tool_error(fn.__name__, "internal error (a bug in t4serve; please report it with this "
                                        f"line)\n  found: {type(exc).__name__}: {said}{where}", secrets)) from None
-        return redact_result(result, secrets)
+        return clean_result(result, secrets)
 
     return wrapper
 
@@ -153,13 +146,25 @@ def tool_error(tool: str, message: str, secrets: Sequence[str]) -> str:
     return text.removeprefix(f"{tool}: ")
 
 
-def redact_result(result: R, secrets: Sequence[str]) -> R:
-    """A tool's result with every secret redacted: a model is rebuilt from its redacted fields when any holds one."""
-    if not secrets or not isinstance(result, BaseModel):
+def clean_result(result: R, secrets: Sequence[str]) -> R:
+    """A tool's result as a client may be shown it: in every string (structured fields and keys included) every
+    secret redacted, then escape sequences and control characters removed (newlines and tabs kept); a model is
+    rebuilt from its cleaned fields when any changed."""
+    if not isinstance(result, BaseModel):
         return result
-    if not any(secret in result.model_dump_json() for secret in secrets):
-        return result
-    return cast(R, type(result).model_validate(redact_value(result.model_dump(mode="json"), secrets)))
+    dumped = result.model_dump(mode="json")
+    cleaned = _cleaned(dumped, secrets)
+    return result if cleaned == dumped else cast(R, type(result).model_validate(cleaned))
+
+
+def _cleaned(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return plain_text(redact(value, secrets))
+    if isinstance(value, dict):
+        return {_cleaned(k, secrets): _cleaned(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v, secrets) for v in value]
+    return value
 
 
 def cap_lines(text: str, max_lines: int, max_bytes: int) -> tuple[list[str], bool, int]:

@@ -44,17 +44,19 @@ CONFIG_ERROR_FILE = "config-error.json"
 
 # The bounds of what these files hold, for the one typed reader (t4serve.serde): a time is seconds since the epoch up
 # to the year 2242, a duration at most 31 years, a figure within 1e18 either way (KV tokens, GiB, seconds); a phase
-# one of the table's; a message a few KB of text shown without its control characters.
+# one of the table's; text shown without its control characters: a log line as the wrapper keeps it (MAX_LINE_CHARS:
+# vLLM's longest, its engine config, is a few KB), a message of many lines.
 MAX_TIMESTAMP = float(2**33)
 MAX_SECONDS = 1e9
 MAX_FIGURE = 1e18
+MAX_LINE_CHARS = 16_384
 Timestamp = Annotated[float, Range(0.0, MAX_TIMESTAMP)]
 Seconds = Annotated[float, Range(0.0, MAX_SECONDS)]
 FigureValue = Annotated[float, Range(-MAX_FIGURE, MAX_FIGURE)]
 Phase = Annotated[str, OneOf(tuple(PHASES))]
 Name = Annotated[str, Text(200)]
-Line = Annotated[str, Text(4000)]
-Message = Annotated[str, Text(8000, lines=True)]
+Line = Annotated[str, Text(MAX_LINE_CHARS)]
+Message = Annotated[str, Text(64_000, lines=True)]
 ExitCode = Annotated[int, Range(-255, 255)]
 
 
@@ -137,7 +139,7 @@ class ServeState:
     attempt: Annotated[int, Range(1, 1 << 31)]
     # One line each: a name or a path as T4SERVE_MODEL gave it, with no control character.
     model: Annotated[str, Text(PATH_MAX_BYTES, lines=False)]
-    served_model_name: Annotated[str, Text(PATH_MAX_BYTES, lines=False)]
+    served_model_name: Annotated[str, Text(1 << 16, lines=False)]
     host: Annotated[str, Check(_host)]
     port: Annotated[int, Range(1, 65535)]
     gpu_name: Name | None

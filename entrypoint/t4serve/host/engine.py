@@ -221,6 +221,9 @@ class RedactedEngine:
     def info(self) -> EngineInfo:
         return self.inner.info()
 
+    def compose_version(self) -> tuple[str, str]:
+        return self.inner.compose_version()
+
     def image(self) -> ImageInfo | None:
         return self.inner.image()
 

@@ -84,8 +84,9 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
      "`preflight`, `host-check` or `serve` found a failed check; `serve` cannot write its state folder"),
     ("4", "the Turing clamp not applied or not proven (`PatchError`)", "`patch apply`, `patch verify`"),
     ("5", "the Docker engine or its client refused or failed a request (`EngineError`)",
-     "`host-check`, `mcp` (its tools answer the same found / required / fix as an error); `scripts/publish`: no "
-     "engine, the build, the tag or the push failed (nothing pinned)"),
+     "`host-check`, `mcp` (its tools answer the same found / required / fix as an error); a `--json` command that "
+     "failed in the container, or answered in another shape, is this on the host, whatever its own exit code; "
+     "`scripts/publish`: no engine, the build, the tag or the push failed (nothing pinned)"),
     ("6", "`bench` measured nothing (`BenchError`)", "`bench`: no run of the sweep produced figures"),
     ("70", "internal error: a bug in t4serve", "any command; the traceback is printed to report; `scripts/publish`: "
      "its kustomization edit failed its own check (the file is left as it was)"),

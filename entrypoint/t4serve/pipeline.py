@@ -19,7 +19,7 @@ from t4serve.gpus import KNOWN_GPUS, known_device, known_gpu
 from t4serve.planning.plan import Plan, plan
 from t4serve.preflight import Finding, run_checks
 from t4serve.serde import from_dict
-from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded
+from t4serve.untrusted import Untrusted, loads_json, printable, read_bounded, shown
 
 # Each compile cache by role: the variable that moves it and its owner's default when unset. Measured one by one, so
 # caches left on the root filesystem are not mistaken for the roomy volume the image mounts at /cache.
@@ -83,7 +83,9 @@ def ensure_model(settings: Settings, facts: Facts) -> Facts:
 
 def load_facts(path: str | Path) -> Facts:
     """Facts recorded by `t4serve probe --json`; a missing, unreadable or malformed file is a ConfigError (exit 2).
-    Read as untrusted input: bounded and non-blocking (a FIFO or /dev/zero is refused), JSON of bounded depth."""
+    The one reader of a facts file (`plan`, `profiles`, `preflight --facts`): bounded and non-blocking (a FIFO or
+    /dev/zero is refused), JSON of bounded depth, every field within its type and bounds (t4serve.facts), and the
+    model's config read as a checkpoint's config.json is (probes.checkpoint.read_recorded)."""
     file = Path(path)
     required = "JSON written by `t4serve probe --json` of this t4serve version"
     fix = "record one with `t4serve probe --json > facts.json`"
@@ -102,7 +104,7 @@ def load_facts(path: str | Path) -> Facts:
         raise ConfigError(f"{printable(str(file))} is not a facts file", found=exc.reason, required=required,
                           fix=fix) from None
     try:
-        return from_dict(Facts, data)
+        facts = from_dict(Facts, data)
     except ConfigError as exc:
         raise ConfigError(
             f"{printable(str(file))} is not a facts file of this t4serve version",
@@ -110,6 +112,21 @@ def load_facts(path: str | Path) -> Facts:
             required=required,
             fix="record it again with `t4serve probe --json > facts.json`",
         ) from None
+    model = facts.model
+    if model is not None:
+        from t4serve.probes.checkpoint import read_recorded
+
+        try:
+            facts = dataclasses.replace(facts, model=read_recorded(model))
+        except Untrusted as exc:
+            raise ConfigError(
+                f"{printable(str(file))}: the model it records cannot be planned",
+                found=f"{shown(model.requested, 120)}: {exc.reason}",
+                required="a model config that passes the checks a checkpoint's config.json passes (the probe "
+                "records one)",
+                fix="record it again with `t4serve probe --json > facts.json`, or fix the field named",
+            ) from None
+    return facts
 
 
 def with_known_gpu(facts: Facts, key: str) -> Facts:

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -141,6 +141,42 @@ def printable(text: str) -> str:
         c if _CONTROL.match(c) is None and _utf8(c) else c.encode("unicode_escape", "backslashreplace").decode("ascii")
         for c in text
     )
+
+
+# Terminal escape sequences: CSI (colours, cursor moves; ESC [ or the C1 byte), OSC (titles, links; ended by BEL or
+# ESC \) and the two-byte ones. Removed whole, so no "[31m" is left behind when the ESC goes.
+_ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC
+    r"|\x1b[@-Z\\-_]?"
+)
+_CONTROL_EXCEPT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain_text(text: str, *, lines: bool = True) -> str:
+    """`text` as a result or a message may carry it when another program wrote it (a container's answer, its log):
+    escape sequences removed whole, every other control character removed (tabs kept, newlines with `lines`, else
+    each made a space), lone surrogates as U+FFFD. Unlike `printable`, which escapes, this keeps what a person reads."""
+    if _CONTROL.search(text) is None and _utf8(text):
+        return text
+    text = _ESCAPE_SEQUENCE.sub("", text)
+    if not lines:
+        text = re.sub(r"[\r\n]+", " ", text)
+    text = _CONTROL_EXCEPT_LINES.sub("", text.replace("\r\n", "\n"))
+    return text if _utf8(text) else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret replaced by REDACTED, as written and as JSON escapes it (a quote or backslash in a
+    key). The one redaction step: run before anything that came from elsewhere is cut, stored or shown, so no cut
+    leaves a secret's prefix behind."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+            escaped = json.dumps(secret)[1:-1]
+            if escaped != secret:
+                text = text.replace(escaped, REDACTED)
+    return text
 
 
 # What a message quotes of one value: enough to recognise it, never a megabyte argument echoed back or logged.
@@ -388,17 +424,25 @@ def loads_json(data: bytes | str, what: str, max_depth: int = MAX_JSON_DEPTH) ->
     if depth > max_depth:
         raise Untrusted(f"{what} must nest at most {max_depth} levels (found more)")
     try:
-        return json.loads(
+        value = json.loads(
             text,
             parse_constant=_refuse_constant,
             parse_int=_bounded_int,
             parse_float=_finite_float,
             object_pairs_hook=_unique_keys,
         )
+        # A \\ud800 escape with no partner decodes to a lone surrogate, which no UTF-8 file or stream can hold: the
+        # first print of it would be a traceback. Looked for only where such an escape is written.
+        if _SURROGATE_ESCAPE.search(text) is not None and not _utf8(json.dumps(value, ensure_ascii=False)):
+            raise Untrusted("must hold valid UTF-8 text (found a \\u escape of a lone surrogate)")
+        return value
     except Untrusted as exc:
         raise Untrusted(f"{what}: {exc.reason}") from None
     except (json.JSONDecodeError, RecursionError) as exc:
         raise Untrusted(f"{what} is not valid JSON: {exc}") from None
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def json_depth(text: str, limit: int | None = None) -> int:

@@ -8,7 +8,8 @@ container exits at once instead, with that code and `log_lines`, as one with a b
 `config_error` it runs and waits, as such a container does under compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait (the
 state folder then holds that error, as `serve` leaves it). `exec` of `t4serve ...` runs this checkout's real t4serve
 in a child process, with the container's state folder and cache volume as folders under `root` (and `pythonpath`,
-for a stand-in of what bench's client imports of vLLM), so every answer the host reads is the real command's. Every
+for a stand-in of what bench's client imports of vLLM), so every answer the host reads is the real command's, unless
+`canned` gives the bytes a container of another image (an older, newer or hostile one) prints for that command. Every
 call is recorded in `calls`.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t4serve.errors import EngineError
 from t4serve.host.engine import Completed, EngineInfo, ImageInfo, Mount, ServiceContainer
 from t4serve.supervise.state import (
     CONFIG_ERROR_FILE,
@@ -65,6 +67,9 @@ class FakeEngine:
     pythonpath: Path | None = None
     # The compose client and the version it answers (`docker compose version --short`).
     compose: tuple[str, str] = ("docker compose", "2.29.1")
+    # `t4serve ARGS...` -> what it prints in the container instead (exit code, stdout, stderr as given), for the
+    # longest key that begins the command's arguments.
+    canned: dict[tuple[str, ...], Completed] = field(default_factory=dict)
 
     @property
     def project_directory(self) -> Path:
@@ -154,7 +159,11 @@ class FakeEngine:
         return self._t4serve(args[1:], {})
 
     def _t4serve(self, args: Sequence[str], extra: Mapping[str, str]) -> Completed:
-        """This checkout's `t4serve ARGS` as the container runs it: its folders under `root`, `bin` first on PATH."""
+        """This checkout's `t4serve ARGS` as the container runs it: its folders under `root`, `bin` first on PATH (or
+        what `canned` says it prints)."""
+        given = [key for key in self.canned if tuple(args[: len(key)]) == key]
+        if given:
+            return self.canned[max(given, key=len)]
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("T4SERVE_", "HF_"))}
         env = {**keep, "T4SERVE_STATE_DIR": str(self.in_container(STATE_DIR)),
                "T4SERVE_CACHE_DIR": str(self.in_container(CACHE_DIR)), "HF_HUB_OFFLINE": "1",
@@ -188,4 +197,9 @@ class FakeEngine:
 
     def copy_out(self, container: str, source: str, destination: Path) -> None:
         self.calls.append(("copy_out", (source, str(destination))))
+        if not self.in_container(source).is_dir():
+            # As `docker cp` of a path the container lacks: the client's refusal, as DockerCli raises it.
+            raise EngineError("docker cp failed", found=f"Error response from daemon: Could not find the file {source} "
+                              f"in container {container}", required="the Docker engine to accept the request",
+                              fix="run the same command by hand to see its whole output")  # fmt: skip
         shutil.copytree(self.in_container(source), destination)

@@ -400,3 +400,52 @@ class StdioServer:
         self.proc.stdin.close()
         self.proc.wait(timeout=20)
         return self.err_path.read_text(errors="replace")
+
+
+# Every leaf of a valid value, mutated
+
+
+# What a leaf (or a whole list or object) of a valid JSON value is replaced by: each kind once. A `RawJson` is written
+# into the text as it is (what json.dumps never writes: NaN, 400 digits, 100,000 levels, a lone surrogate).
+@dataclass(frozen=True)
+class RawJson:
+    text: str
+
+
+DEEP = RawJson("[" * 100_000 + "]" * 100_000)
+MUTATIONS: dict[str, object] = {
+    "null": None, "true": True, "text": "x", "empty text": "", "list": [1], "empty list": [], "object": {"k": 1},
+    "empty object": {}, "-1": -1, "0": 0, "1.5": 1.5, "2**63": 2**63, "400 digits": RawJson("9" * 400),
+    "-10**19": RawJson("-1" + "0" * 19), "1e308": 1e308, "NaN": RawJson("NaN"), "Infinity": RawJson("Infinity"),
+    "-Infinity": RawJson("-Infinity"), "deep": DEEP, "unknown enum": "zz-unknown-value", "long text": "y" * 200_000,
+    "control characters": f"\x1b[31mred\x1b[0m\x00\x07\x9b2J\u202e{SENTINEL}\r\nnext",
+    "lone surrogate": RawJson('"\\ud800"'), "path": "../../../../etc/passwd",
+}  # fmt: skip
+
+
+def node_paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """The path (keys and indexes) of every node of a JSON value below its root: leaves, lists and objects."""
+    paths: list[tuple[object, ...]] = []
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        paths.append((*prefix, key))
+        paths += node_paths(child, (*prefix, key))
+    return paths
+
+
+def mutated(value: object, path: tuple[object, ...], kind: str) -> str:
+    """`value` as JSON text with the node at `path` replaced by MUTATIONS[kind]."""
+    import copy
+
+    copied = copy.deepcopy(value)
+    parent: Any = copied
+    for key in path[:-1]:
+        parent = parent[key]
+    replacement = MUTATIONS[kind]
+    parent[path[-1]] = "@RAW@" if isinstance(replacement, RawJson) else replacement
+    text = json.dumps(copied)
+    return text.replace('"@RAW@"', replacement.text, 1) if isinstance(replacement, RawJson) else text
+
+
+def label_of(path: tuple[object, ...], kind: str) -> str:
+    return ".".join(map(str, path)) + f" = {kind}"

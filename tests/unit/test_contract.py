@@ -1,6 +1,7 @@
 """t4serve.contract: the answers the host reads from the container. Each `--json` command prints its dataclass and
-the host reads it back whole; a failure is typed by its exit code; an older image's answer (recorded here as the
-previous t4serve printed it) is an "upgrade the image" error, a newer one an "upgrade t4serve" error."""
+the host reads it back whole; a failure is an engine error on the host that keeps the container's exit code and words;
+an older image's answer (recorded here as the previous t4serve printed it) is an "upgrade the image" error, a newer one
+an "upgrade t4serve" error."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ import pytest
 from t4serve.contract import (
     CONTRACT,
     BenchRunsAnswer,
+    ContainerFailure,
     Failure,
     ManifestAnswer,
     StatusAnswer,
     read_answer,
 )
-from t4serve.errors import BenchError, ConfigError, EngineError
+from t4serve.errors import EngineError
 from t4serve.serde import to_dict
 
 ARGV = ["t4serve", "status", "--json"]
@@ -42,12 +44,13 @@ def test_every_command_answers_its_dataclass_and_the_host_reads_it_back(tmp_path
     manifest = t4serve("probe", "--manifest-only", "--json", env=env)
     read = read_answer(ManifestAnswer, ["t4serve", "probe"], manifest.returncode, manifest.stdout, manifest.stderr, "x")
     assert not read.manifest.present and "absent.json" in (read.manifest.error or "")
-    # No state yet: exit 2, as in text, and the failure typed on stdout.
+    # No state yet: exit 2, as in text, and the failure typed on stdout; on the host an engine error (exit 5).
     status = t4serve("status", "--json", env=env)
     assert status.returncode == 2
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ContainerFailure) as caught:
         read_answer(StatusAnswer, ARGV, status.returncode, status.stdout, status.stderr, "t4serve:dev")
     assert "state file not found" in caught.value.what and caught.value.fix
+    assert caught.value.container_exit_code == 2 and caught.value.exit_code == EngineError.exit_code
 
 
 # What t4serve before the contract answered: `status --json` printed the state file as is, and a command it lacks is
@@ -76,12 +79,14 @@ def test_a_newer_image_is_told_to_upgrade_the_host() -> None:
     assert "upgrade t4serve on this host" in caught.value.what
 
 
-def test_a_failure_is_the_error_its_exit_code_stands_for_with_the_containers_words() -> None:
+def test_a_failure_keeps_the_containers_words_and_code_but_not_as_the_hosts_exit_code() -> None:
     fail = Failure("BenchError", 6, "bench measured nothing", "all 2 runs failed", "a server", "read report.md")
-    with pytest.raises(BenchError) as caught:
+    with pytest.raises(ContainerFailure) as caught:
         read_answer(StatusAnswer, ARGV, 6, json.dumps(to_dict(fail)), "", "t4serve:dev")
     assert (caught.value.what, caught.value.found, caught.value.fix) == ("bench measured nothing",
                                                                           "all 2 runs failed", "read report.md")
+    assert (caught.value.container_exit_code, caught.value.container_error) == (6, "BenchError")
+    assert caught.value.exit_code == EngineError.exit_code
 
 
 def test_an_answer_of_another_shape_is_an_engine_error_not_a_traceback() -> None:

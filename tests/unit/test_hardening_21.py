@@ -514,12 +514,12 @@ def test_status_on_a_corrupt_exit_request_exits_2_in_both_forms(tmp_path: Path, 
         assert outcome.out == ""
         return
     # --json prints no state: only the failure, typed as the host reads it (t4serve.contract).
-    from t4serve.contract import StatusAnswer, read_answer
-    from t4serve.errors import ConfigError
+    from t4serve.contract import ContainerFailure, StatusAnswer, read_answer
 
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ContainerFailure) as caught:
         read_answer(StatusAnswer, ["t4serve", "status", "--json"], 2, outcome.out, outcome.err, "t4serve:dev")
     assert "exit request is unreadable" in caught.value.what and "exit-request.json" in (caught.value.found or "")
+    assert caught.value.container_exit_code == 2
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])

@@ -15,7 +15,6 @@ kill) has failed, not "running" forever.
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -27,12 +26,11 @@ from pathlib import Path
 from types import FrameType
 
 from t4serve.atomic import write_atomic
-from t4serve.contract import BenchCell, BenchProgress, BenchResultAnswer, BenchRunsAnswer, BenchStartAnswer
+from t4serve.contract import RUN_ID, BenchCell, BenchProgress, BenchResultAnswer, BenchRunsAnswer, BenchStartAnswer
 from t4serve.errors import ConfigError, T4ServeError
 from t4serve.serde import from_dict, to_dict
 from t4serve.untrusted import Untrusted, load_json_file, printable, read_tail_bounded
 
-RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 JOB_FILE = "job.json"
 LOG_FILE = "bench.log"
 EXIT_FILE = "exit-code"

@@ -44,14 +44,17 @@ def command(as_json: bool, model: str | None, compose_file: Path | None, project
 
     The first thing to run on a new host. Settings other than the model come from the environment, as the
     container's do (`t4serve env`)."""
+    from t4serve.config.secrets import known_secrets
     from t4serve.host.docker import engine_from_environ
+    from t4serve.host.engine import RedactedEngine
     from t4serve.host.hostcheck import check_host
     from t4serve.preflight import format_table, has_failures
 
     overrides = {"T4SERVE_MODEL": model} if model else {}
     settings = Settings.from_environ(os.environ, overrides=overrides)
-    engine = engine_from_environ(os.environ, compose_file=compose_file, project=project)
-    findings = check_host(settings, os.environ, engine, engine.compose_file)
+    docker = engine_from_environ(os.environ, compose_file=compose_file, project=project)
+    engine = RedactedEngine(docker, lambda: known_secrets(os.environ))
+    findings = check_host(settings, os.environ, engine, docker.compose_file)
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(f) for f in findings], indent=2))
     else:

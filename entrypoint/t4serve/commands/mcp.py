@@ -209,9 +209,15 @@ async def _answer(send: Any, status: int, body: dict[str, str], headers: list[tu
     await send({"type": "http.response.body", "body": data})
 
 
+# Open HTTP sessions: a few assistants at once, each closed after this long without a request (a client that never
+# sends DELETE is not kept for the SDK's 30 minutes); a new one past the cap is answered 503 until one closes.
+MAX_HTTP_SESSIONS = 32
+HTTP_SESSION_IDLE_S = 600.0
+
+
 def http_app(server: Any, token: str, hosts: list[str]) -> Any:
     """The SDK's streamable-HTTP app with its DNS-rebinding protection on (Host and Origin allow-lists), behind the
-    bearer token."""
+    bearer token, its sessions capped in number and idle time."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     security = TransportSecuritySettings(
@@ -219,7 +225,9 @@ def http_app(server: Any, token: str, hosts: list[str]) -> Any:
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
     )
-    return BearerToken(server.streamable_http_app(transport_security=security), token)
+    app = server.streamable_http_app(transport_security=security, session_idle_timeout=HTTP_SESSION_IDLE_S,
+                                     max_sessions=MAX_HTTP_SESSIONS)  # fmt: skip
+    return BearerToken(app, token)
 
 
 @click.command("mcp")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,3 +287,17 @@ def client_api_key(environ: Mapping[str, str], fallback: str) -> str | None:
     the healthcheck, OPENAI_API_KEY for bench's client); a ConfigError when the setting is unusable."""
     key = api_key_from_environ(environ)
     return key.reveal() if key is not None else environ.get(fallback) or None
+
+
+def known_secrets(environ: Mapping[str, str], files: Sequence[Path] = ()) -> list[str]:
+    """Secrets this process can know, to redact from text that comes back: the API key and the HF token, from the
+    variables, the files they name, and `files` (compose's HF token secret file, where compose finds it)."""
+    values = [environ.get(name, "") for name in ("HF_TOKEN", "T4SERVE_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")]
+    names = ("HF_TOKEN_FILE", "T4SERVE_API_KEY_FILE", "HF_TOKEN_SECRET_FILE")
+    for path in [*(environ.get(name) for name in names), *map(str, files)]:
+        if path:
+            try:
+                values.append(read_secret_file(Path(path)).strip())
+            except (OSError, untrusted.Untrusted):
+                continue
+    return [v for v in values if len(v) >= 8]

@@ -15,11 +15,11 @@ from typing import Annotated, Literal, TypeVar
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from t4serve.bench.jobs import RUN_ID
-from t4serve.contract import BenchResultAnswer, BenchRunsAnswer, BenchStartAnswer, read_answer
+from t4serve.atomic import write_atomic
+from t4serve.contract import RUN_ID, BenchResultAnswer, BenchRunsAnswer, BenchStartAnswer, read_answer
 from t4serve.errors import ConfigError, EngineError
 from t4serve.host.engine import API_PORT, Engine
-from t4serve.mcp.calls import Progress, ToolGroup, blocking, guarded, in_thread, not_ready, redact, tail_text
+from t4serve.mcp.calls import Progress, ToolGroup, blocking, guarded, in_thread, not_ready, tail_text
 from t4serve.mcp.models import BenchCell, BenchStart, BenchStatus
 from t4serve.mcp.registry import READ_ONLY, hints, tool
 from t4serve.mcp.servertools import read_status
@@ -132,14 +132,24 @@ class BenchTools(ToolGroup):
         container = await blocking(progress, "looking for the container", self.engine.service)
         if container is None or container.state != "running":
             raise ConfigError(
-                "benchmark_status: no running t4serve container",
-                found=container.state if container else "none",
-                required="the container the benchmark runs in",
-                fix="the results stay in the t4serve-cache volume under bench/; start the server again to read them",
+                f"benchmark_status: no benchmark {run_id} on this host, and no running server to ask",
+                found=f"no copy of it in {target.parent}; the t4serve container is "
+                + (container.state if container else "absent"),
+                required="a run id run_benchmark returned: kept on this host once it ended and benchmark_status saw "
+                "it, else in the running server's container",
+                fix="check the run id; a benchmark that ended while the server ran is in the t4serve-cache volume "
+                "under bench/: start the server again and call benchmark_status",
             )
         answer = await blocking(progress, "reading the benchmark",
                                 lambda: self._ask(container.id, BenchResultAnswer,
                                                   ["bench", "status", "--json", run_id]))  # fmt: skip
+        if answer.run.run_id != run_id:
+            raise EngineError(
+                f"benchmark_status: the container answered for another benchmark ({answer.run.run_id})",
+                found=f"asked for {run_id}, answered {answer.run.run_id}",
+                required="the answer for the run id asked",
+                fix="call benchmark_status again; if it persists, the image's t4serve is not this one's",
+            )
         if answer.run.state == "running":
             return self._bench_status(answer, None)
         await blocking(progress, "copying the results to this host",
@@ -158,23 +168,27 @@ class BenchTools(ToolGroup):
             exit_code=run.exit_code,
             runs_done=run.runs_done,
             runs_planned=run.runs_planned,
-            log_tail=redact(tail_text(answer.log_tail, 8 * 1024), self.env.secrets()),
+            log_tail=tail_text(answer.log_tail, 8 * 1024),
             report_md=tail_text(answer.report_md, BENCH_TEXT_BYTES) if answer.report_md is not None else None,
             cells=[BenchCell(**to_dict(cell)) for cell in answer.cells] if target is not None else [],
             host_folder=str(target) if target is not None else None,
-            plots=[str(target / name) for name in answer.plots] if target is not None else [],
+            # Each a PNG in result/ (the contract's pattern), listed when the copy holds it as a file.
+            plots=[str(target / name) for name in answer.plots if target is not None and (target / name).is_file()
+                   and not (target / name).is_symlink()],
         )
 
 
 def copy_in(engine: Engine, container: str, answer: BenchResultAnswer, target: Path) -> None:
     """Copy a finished run's folder out of the container to `target`, with the container's answer beside its files:
     into a temporary sibling first, then renamed, so `target` is complete or absent (an interrupted copy leaves no
-    half folder that would be read as the result)."""
+    half folder that would be read as the result). The folder named on `docker cp`'s command line is the answer's,
+    read by the contract's reader (an absolute path of plain names ending in the run id, secrets redacted before);
+    the engine redacts the copied files before they are moved into place (t4serve.host.engine.RedactedEngine)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.copying-{uuid.uuid4().hex[:8]}"
     try:
         engine.copy_out(container, answer.run.folder, staging)
-        (staging / ANSWER_FILE).write_text(json.dumps(to_dict(answer)) + "\n", encoding="utf-8")
+        write_atomic(staging / ANSWER_FILE, json.dumps(to_dict(answer)) + "\n", mode=0o600)
         staging.rename(target)
     finally:
         if staging.exists():

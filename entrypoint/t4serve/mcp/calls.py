@@ -5,7 +5,8 @@ progress and cancellation, the deployment's lock, and the settings a tool is giv
 engine, this process's environment, a host folder for results and locks). `guarded` wraps every tool: a failure a
 user can meet becomes a tool error reading "what failed / found / required / fix" (never a traceback), a bug a tool
 error saying so, and every result and error (structured fields included) has any secret this process knows replaced by
-`<redacted>`. To know them it reads the variables and the secret files they name (known_secrets), for redaction only.
+`<redacted>`, then escape sequences and control characters removed. To know them it reads the variables and the
+secret files they name (known_secrets), for redaction only.
 `blocking` runs work in a worker thread, reports progress (notifications/progress, when the client sent a progress
 token) while it lasts, and on a cancellation (notifications/cancelled) stops the Docker clients it started
 (t4serve.host.engine.cancelled_by). `ToolEnv.exclusive` holds the deployment's lock (t4serve.mcp.deploylock).
@@ -23,23 +24,23 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel
+from pydantic import BaseModel, StringConstraints, WithJsonSchema
 
-from t4serve.config.secrets import read_secret_file
+from t4serve.config.secrets import known_secrets
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
 from t4serve.errors import ConfigError, T4ServeError
-from t4serve.host.engine import Cancelled, Engine, cancelled_by
+from t4serve.host.engine import Cancelled, Engine, RedactedEngine, cancelled_by
 from t4serve.host.hostcheck import MAX_COMPOSE_BYTES, compose_token_route
 from t4serve.mcp.deploylock import Holder, hold, lock_file
 from t4serve.mcp.models import StatusOut
 from t4serve.probes.gpu import Nvml
-from t4serve.untrusted import REDACTED, Untrusted, read_text_bounded, shown
+from t4serve.untrusted import PATH_MAX_BYTES, Untrusted, plain_text, read_text_bounded, redact, shown
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +51,13 @@ STOP_WAIT_S = 30.0
 # Settings a tool may not pass: secrets, and the files that hold them (compose.yaml's secrets carry those).
 REFUSED_SETTINGS = ("HF_TOKEN", "HF_TOKEN_FILE", "T4SERVE_API_KEY", "T4SERVE_API_KEY_FILE")
 
+# The longest value a tool takes: a checkpoint (a repo id, or a folder path, at most PATH_MAX), a setting's text
+# (T4SERVE_VLLM_ARGS, a line of vLLM flags, is the longest).
+MAX_MODEL_CHARS = PATH_MAX_BYTES
+MAX_SETTING_CHARS = 8192
+# The settings a tool may pass: every setting but the secrets and the checkpoint (the `model` argument).
+TOOL_SETTINGS = tuple(name for name in VARIABLES_BY_NAME if name not in (*REFUSED_SETTINGS, "T4SERVE_MODEL"))
+
 MODEL_HELP = (
     "checkpoint: qat (int4 weights, the default), bf16, a Hugging Face repo id org/name, or a folder on this host "
     "holding config.json (start_vllm_server mounts it read-only into the container)"
@@ -58,6 +66,27 @@ SETTINGS_HELP = (
     "container settings by variable name, values as text, e.g. {\"T4SERVE_MAX_MODEL_LEN\": \"8192\"}; names from "
     "`t4serve env`; secrets are refused"
 )
+
+
+# `settings` as tools take it: setting name -> its text (null: unset). Its published schema names every setting a tool
+# may pass and no other (additionalProperties false, as the server refuses any other name), so a client that converts
+# schemas to a strict form (every property named, none extra) can; validate_settings says why a name is refused.
+SettingsArgument = Annotated[
+    dict[str, Annotated[str, StringConstraints(max_length=MAX_SETTING_CHARS)] | None],
+    WithJsonSchema({
+        "type": "object",
+        "properties": {name: {"anyOf": [{"type": "string", "maxLength": MAX_SETTING_CHARS}, {"type": "null"}]}
+                       for name in TOOL_SETTINGS},
+        "additionalProperties": False,
+    }),
+]  # fmt: skip
+# `model` as tools take it.
+ModelArgument = Annotated[str, StringConstraints(max_length=MAX_MODEL_CHARS)]
+
+
+def given_settings(settings: Mapping[str, str | None] | None) -> dict[str, str]:
+    """The settings a tool was given, a null value left out (unset)."""
+    return {name: value for name, value in (settings or {}).items() if value is not None}
 
 
 def not_ready(tool: str, status: StatusOut, required: str) -> ConfigError:
@@ -93,71 +122,55 @@ def guarded(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         try:
             result = await fn(*args, **kwargs)
         except ToolError as exc:
-            raise ToolError(capped(redact(str(exc), secrets))) from None
+            raise ToolError(tool_error(fn.__name__, str(exc), secrets)) from None
         except T4ServeError as exc:
-            raise ToolError(capped(redact(exc.message(), secrets))) from None
+            raise ToolError(tool_error(fn.__name__, exc.message(), secrets)) from None
         except Cancelled as exc:
             # Only reached when the engine stopped a client for a cancellation this call did not see itself.
-            raise ToolError(f"{fn.__name__}: cancelled ({exc})") from None
+            raise ToolError(tool_error(fn.__name__, f"cancelled ({exc})", secrets)) from None
         except Exception as exc:
             frames = traceback.extract_tb(exc.__traceback__)
             where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-            raise ToolError(
-                redact(
-                    f"{fn.__name__} failed: internal error (a bug in t4serve; please report it with this line)\n"
-                    f"  found: {type(exc).__name__}: {shown(str(exc), 500)}{where}",
-                    secrets,
-                )
-            ) from None
-        return redact_result(result, secrets)
+            said = shown(redact(str(exc), secrets), 500)
+            raise ToolError(tool_error(fn.__name__, "internal error (a bug in t4serve; please report it with this "
+                                       f"line)\n  found: {type(exc).__name__}: {said}{where}", secrets)) from None
+        return clean_result(result, secrets)
 
     return wrapper
 
 
-def known_secrets(environ: Mapping[str, str], files: Sequence[Path] = ()) -> list[str]:
-    """Secrets this process can know, to redact from text that comes back: the API key and the HF token, from the
-    variables, the files they name, and `files` (compose's HF token secret file, where compose finds it)."""
-    values = [environ.get(name, "") for name in ("HF_TOKEN", "T4SERVE_API_KEY", "VLLM_API_KEY", "OPENAI_API_KEY")]
-    names = ("HF_TOKEN_FILE", "T4SERVE_API_KEY_FILE", "HF_TOKEN_SECRET_FILE")
-    for path in [*(environ.get(name) for name in names), *map(str, files)]:
-        if path:
-            try:
-                values.append(read_secret_file(Path(path)).strip())
-            except (OSError, Untrusted):
-                continue
-    return [v for v in values if len(v) >= 8]
+def tool_error(tool: str, message: str, secrets: Sequence[str]) -> str:
+    """A tool error's text: secrets redacted, then cut (capped), control characters and escape sequences removed. It
+    does not begin with the tool's name: the SDK puts "Error executing tool NAME: " before it."""
+    text = capped(plain_text(redact(message, secrets)))
+    return text.removeprefix(f"{tool}: ")
 
 
-def redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
+def clean_result(result: R, secrets: Sequence[str]) -> R:
+    """A tool's result as a client may be shown it: in every string (structured fields and keys included) every
+    secret redacted, then escape sequences and control characters removed (newlines and tabs kept); a model is
+    rebuilt from its cleaned fields when any changed."""
+    if not isinstance(result, BaseModel):
+        return result
+    dumped = result.model_dump(mode="json")
+    cleaned = _cleaned(dumped, secrets)
+    return result if cleaned == dumped else cast(R, type(result).model_validate(cleaned))
 
 
-def redact_value(value: Any, secrets: Sequence[str]) -> Any:
-    """`value` (JSON-like: dicts, lists, text) with every secret replaced in every string, keys included."""
+def _cleaned(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
-        return redact(value, secrets)
+        return plain_text(redact(value, secrets))
     if isinstance(value, dict):
-        return {redact_value(k, secrets): redact_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, secrets) for v in value]
+        return {_cleaned(k, secrets): _cleaned(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v, secrets) for v in value]
     return value
 
 
-def redact_result(result: R, secrets: Sequence[str]) -> R:
-    """A tool's result with every secret redacted: a model is rebuilt from its redacted fields when any holds one."""
-    if not secrets or not isinstance(result, BaseModel):
-        return result
-    if not any(secret in result.model_dump_json() for secret in secrets):
-        return result
-    return cast(R, type(result).model_validate(redact_value(result.model_dump(mode="json"), secrets)))
-
-
 def cap_lines(text: str, max_lines: int, max_bytes: int) -> tuple[list[str], bool, int]:
-    """The last `max_lines` lines of `text` whose UTF-8 size fits `max_bytes` (newest kept), and whether any line
-    was dropped for the byte cap."""
-    lines = text.splitlines()[-max_lines:]
+    """The last `max_lines` lines of `text` (another program's output: escape sequences and control characters
+    removed) whose UTF-8 size fits `max_bytes` (newest kept), and whether any line was dropped for the byte cap."""
+    lines = plain_text(text).splitlines()[-max_lines:]
     kept: list[str] = []
     size = 0
     for line in reversed(lines):
@@ -173,12 +186,17 @@ def cap_lines(text: str, max_lines: int, max_bytes: int) -> tuple[list[str], boo
 
 
 def tail_text(text: str, max_bytes: int) -> str:
+    """The end of `text` (another program's output, escape sequences and control characters removed), at most
+    `max_bytes` of UTF-8."""
+    text = plain_text(text)
     data = text.encode("utf-8")
     return data[-max_bytes:].decode("utf-8", "ignore") if len(data) > max_bytes else text
 
 
-def validate_settings(model: str | None, settings: Mapping[str, str], base: Mapping[str, str]) -> Settings:
+def validate_settings(model: str | None, settings: Mapping[str, str | None] | None,
+                      base: Mapping[str, str]) -> Settings:  # fmt: skip
     """The container's settings a tool was given, checked by t4serve's own parser (every bad value in one error)."""
+    settings = given_settings(settings)
     for name in settings:
         if name in REFUSED_SETTINGS:
             raise ConfigError(
@@ -316,6 +334,11 @@ class ToolEnv:
     clock: Callable[[], float] = time.time
     # The NVML module the host probes read (None: pynvml); tests give a double.
     nvml: Nvml | None = None
+
+    def __post_init__(self) -> None:
+        # Every answer of the engine has this process's secrets redacted before any tool reads it.
+        if not isinstance(self.engine, RedactedEngine):
+            self.engine = RedactedEngine(self.engine, self.secrets)
 
     def secrets(self) -> list[str]:
         return known_secrets(self.environ, [self.token_file()])

@@ -20,7 +20,9 @@ from t4serve.host.engine import MANIFEST_PATH
 from t4serve.mcp.calls import (
     MODEL_HELP,
     SETTINGS_HELP,
+    ModelArgument,
     Progress,
+    SettingsArgument,
     ToolGroup,
     blocking,
     guarded,
@@ -53,7 +55,7 @@ class CheckTools(ToolGroup):
     @tool("Check host capacity", "host", READ_ONLY)
     @guarded
     async def check_host_capacity(
-        self, model: Annotated[str | None, Field(description=MODEL_HELP)] = None, ctx: Context | None = None
+        self, model: Annotated[ModelArgument | None, Field(description=MODEL_HELP)] = None, ctx: Context | None = None
     ) -> HostCapacity:
         """Check this host can run the server: driver, container toolkit, disk, memory, /dev/shm.
 
@@ -231,7 +233,7 @@ class CheckTools(ToolGroup):
     @guarded
     async def plan(
         self,
-        model: Annotated[str | None, Field(description=MODEL_HELP)] = None,
+        model: Annotated[ModelArgument | None, Field(description=MODEL_HELP)] = None,
         gpu_model: Annotated[
             str | None,
             Field(
@@ -240,7 +242,7 @@ class CheckTools(ToolGroup):
                 max_length=64,
             ),
         ] = None,
-        settings: Annotated[dict[str, str] | None, Field(description=SETTINGS_HELP)] = None,
+        settings: Annotated[SettingsArgument | None, Field(description=SETTINGS_HELP)] = None,
         ctx: Context | None = None,
     ) -> PlanOut:
         """The `vllm serve` command line t4serve would run, and the numbers behind it (KV cache, concurrency, memory).
@@ -249,7 +251,7 @@ class CheckTools(ToolGroup):
         same as `t4serve plan`. Changes nothing."""
         from t4serve.pipeline import ensure_model, prepare, with_known_gpu
 
-        chosen = validate_settings(model, settings or {}, self.env.base_env())
+        chosen = validate_settings(model, settings, self.env.base_env())
 
         def work() -> tuple[Any, list[Finding]]:
             facts = ensure_model(chosen, self._facts(chosen))
@@ -273,14 +275,14 @@ class CheckTools(ToolGroup):
     @guarded
     async def profiles(
         self,
-        model: Annotated[str | None, Field(description="another checkpoint to profile beside qat and bf16: "
+        model: Annotated[ModelArgument | None, Field(description="another checkpoint to profile beside qat and bf16: "
                                                        + MODEL_HELP)] = None,
         gpu_model: Annotated[
             str | None,
             Field(description="profiles for this known GPU model instead of this host's GPU: t4, l4, a10g, ...",
                   max_length=64),
         ] = None,
-        settings: Annotated[dict[str, str] | None, Field(description=SETTINGS_HELP)] = None,
+        settings: Annotated[SettingsArgument | None, Field(description=SETTINGS_HELP)] = None,
         ctx: Context | None = None,
     ) -> ProfilesOut:
         """What runs on this GPU and host, what does not and why, per checkpoint, KV cache dtype and length.
@@ -293,7 +295,7 @@ class CheckTools(ToolGroup):
         from t4serve.planning.profiles import profiles, summary
         from t4serve.serde import to_dict
 
-        chosen = validate_settings(model, settings or {}, self.env.base_env())
+        chosen = validate_settings(model, settings, self.env.base_env())
 
         def work() -> tuple[str, list[Any]]:
             facts = self._facts(chosen)

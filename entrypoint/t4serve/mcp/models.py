@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from t4serve.preflight import Finding, has_failures
 
@@ -195,6 +195,9 @@ class BenchStatus(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    # A key of another name is refused, as the tools' own arguments are (its schema says additionalProperties false).
+    model_config = ConfigDict(extra="forbid")
+
     role: Literal["system", "user", "assistant"]
     content: str = Field(max_length=MAX_PROMPT_CHARS)
 

@@ -27,7 +27,7 @@ from t4serve.mcp.calls import ToolEnv, ToolGroup
 from t4serve.mcp.checktools import CheckTools
 from t4serve.mcp.registry import ToolSpec
 from t4serve.mcp.servertools import ServerTools
-from t4serve.untrusted import shown
+from t4serve.untrusted import redact, shown
 
 # Every group of tools, in the order a deployment goes through them; each tool is one of their methods, marked @tool.
 TOOL_GROUPS: tuple[type[ToolGroup], ...] = (CheckTools, ServerTools, BenchTools)
@@ -120,27 +120,30 @@ def build_server(env: ToolEnv, read_only: bool = False, modes: Modes | None = No
         spec = TOOLS[name]
         server.add_tool(getattr(groups[spec.owner], name), name=name, title=spec.title, annotations=spec.annotations,
                         structured_output=True)  # fmt: skip
-    strict_arguments(server)
+    strict_arguments(server, env.secrets)
     return server
 
 
-def strict_arguments(server: MCPServer) -> None:
+def strict_arguments(server: MCPServer, secrets: Callable[[], Sequence[str]] = list) -> None:
     """Every tool's arguments taken as JSON gives them, without pydantic's lax coercion (it reads the string "1_0" as
     the integer 10, true as 1 and "nan" as a float): an integer must be a JSON integer, a string a string, as
-    t4serve.untrusted takes numbers everywhere else. The published input schemas are unchanged (they already say so);
-    the SDK has no public hook for this, so its tool manager is reached here (pinned mcp>=2.3,<3; the hardening tests
-    fail if it moves)."""
+    t4serve.untrusted takes numbers everywhere else; and no argument of another name. The published input schema says
+    so (`additionalProperties: false` on every object but the settings, whose names it lists). The SDK has no public
+    hook for this, so its tool manager is reached here (pinned mcp>=2.3,<3; the hardening tests fail if it moves)."""
     for tool in server._tool_manager.list_tools():
         lax = tool.fn_metadata.arg_model
         # extra="forbid": an argument of another name ({"gpu": 1} for gpu_device) is refused, never dropped silently.
         config = ConfigDict(arbitrary_types_allowed=True, strict=True, extra="forbid")
-        tool.fn_metadata.arg_model = type(lax.__name__, (lax,), {"model_config": config, "__module__": __name__})
-        object.__setattr__(tool, "run", _explained(tool.name, tool.run, sorted(lax.model_fields)))
+        strict = type(lax.__name__, (lax,), {"model_config": config, "__module__": __name__})
+        tool.fn_metadata.arg_model = strict
+        tool.parameters = tool.fn_metadata.arg_model.model_json_schema(by_alias=True)
+        object.__setattr__(tool, "run", _explained(tool.name, tool.run, sorted(lax.model_fields), secrets))
 
 
-def _explained(name: str, run: Callable[..., Awaitable[Any]], names: list[str]) -> Callable[..., Awaitable[Any]]:
+def _explained(name: str, run: Callable[..., Awaitable[Any]], names: list[str],
+               secrets: Callable[[], Sequence[str]]) -> Callable[..., Awaitable[Any]]:  # fmt: skip
     """`run` of one tool, its argument errors (pydantic's text) rewritten as what was found, what is required and the
-    fix, each quoted value cut (untrusted.shown)."""
+    fix, each quoted value redacted, then cut (untrusted.shown)."""
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -149,16 +152,18 @@ def _explained(name: str, run: Callable[..., Awaitable[Any]], names: list[str]) 
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
                 raise
+            known = secrets()
             found = []
             for error in cause.errors()[:10]:
                 where = ".".join(str(part) for part in error["loc"]) or "the arguments"
-                given = shown(json.dumps(error.get("input"), default=str)[:400], 80)
+                given = shown(redact(json.dumps(error.get("input"), default=str)[:100_000], known), 80)
+                where = shown(redact(where, known), 80)
                 if error["type"] == "extra_forbidden":
-                    found.append(f"{shown(where, 80)}: not an argument of {name} (given {given})")
+                    found.append(f"{where}: not an argument of {name} (given {given})")
                 else:
-                    found.append(f"{shown(where, 80)}: {error['msg']} (given {given})")
-            raise ToolError(ConfigError(
-                f"{name}: invalid arguments",
+                    found.append(f"{where}: {error['msg']} (given {given})")
+            raise ToolError(f"Error executing tool {name}: " + ConfigError(
+                "invalid arguments",
                 found="; ".join(found),
                 required=f"the arguments of {name}'s input schema, as JSON types (an integer as a JSON integer, text "
                 f"as a string); its arguments: {', '.join(names) or 'none'}",

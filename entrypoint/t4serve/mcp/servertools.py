@@ -19,28 +19,30 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from t4serve.config.secrets import client_api_key
-from t4serve.contract import StatusAnswer, read_answer
+from t4serve.contract import ContainerFailure, StatusAnswer, read_answer
 from t4serve.errors import ConfigError, EngineError, PatchError, PreflightError, T4ServeError
 from t4serve.host.engine import API_PORT, Engine, Mount, ServiceContainer
 from t4serve.httpclient import HttpFailure, fetch, local_url
 from t4serve.mcp.calls import (
     MODEL_HELP,
     SETTINGS_HELP,
+    ModelArgument,
     Progress,
+    SettingsArgument,
     ToolEnv,
     ToolGroup,
     blocking,
     cap_lines,
     capped,
+    given_settings,
     guarded,
     in_thread,
     not_ready,
-    redact,
     validate_settings,
 )
 from t4serve.mcp.models import MAX_PROMPT_CHARS, ChatMessage, FigureOut, LogsOut, QueryOut, StartOut, StatusOut, StopOut
 from t4serve.mcp.registry import READ_ONLY, hints, tool
-from t4serve.supervise.phases import CONFIG_ERROR, PHASES, UNHEALTHY
+from t4serve.supervise.phases import CONFIG_ERROR, PHASE_LABELS, PHASES, UNHEALTHY
 
 MAX_LOG_LINES = 500
 MAX_LOG_BYTES = 64 * 1024
@@ -67,8 +69,8 @@ class ServerTools(ToolGroup):
     @guarded
     async def start_vllm_server(
         self,
-        model: Annotated[str, Field(description=MODEL_HELP)] = "qat",
-        settings: Annotated[dict[str, str] | None, Field(description=SETTINGS_HELP)] = None,
+        model: Annotated[ModelArgument, Field(description=MODEL_HELP)] = "qat",
+        settings: Annotated[SettingsArgument | None, Field(description=SETTINGS_HELP)] = None,
         gpu_device: Annotated[
             str | None,
             Field(
@@ -95,9 +97,10 @@ class ServerTools(ToolGroup):
         at once (a bad setting: exit 2, a failed preflight: exit 3), a tool error with its exit code and last log
         lines. Loading takes minutes after that: poll server_status. A folder model is mounted read-only at
         /models/NAME. Holds the deployment's lock: a concurrent start or stop is answered "busy"."""
-        chosen = validate_settings(model, settings or {}, self.env.base_env())
+        chosen = validate_settings(model, settings, self.env.base_env())
+        given = given_settings(settings)
         for name, allowed in (("T4SERVE_PORT", ("8000",)), ("T4SERVE_HOST", ("0.0.0.0", "::"))):
-            value = (settings or {}).get(name)
+            value = given.get(name)
             if value is not None and value.strip() not in allowed:
                 raise ConfigError(
                     f"start_vllm_server: {name} cannot be changed here",
@@ -105,7 +108,7 @@ class ServerTools(ToolGroup):
                     required=f"the API on container port {API_PORT}, all addresses: compose.yaml publishes that port",
                     fix="leave it out; `publish_port` chooses the port on this host",
                 )
-        environment = {"T4SERVE_MODEL": chosen.model.requested, **(settings or {})}
+        environment = {"T4SERVE_MODEL": chosen.model.requested, **given}
         mounts: list[Mount] = []
         in_container = chosen.model.target
         if chosen.model.kind == "local":
@@ -197,7 +200,7 @@ class ServerTools(ToolGroup):
     async def _start_failure(self, container: ServiceContainer) -> T4ServeError:
         """The error of a start whose container exited at once: its exit code, its last log lines and the fix."""
         text = await in_thread(lambda: self.engine.logs(container.id, START_LOG_LINES, None))
-        lines, _, _ = cap_lines(redact(text, self.env.secrets()), START_LOG_LINES, 8 * 1024)
+        lines, _, _ = cap_lines(text, START_LOG_LINES, 8 * 1024)
         code = container.exit_code if container.state != "running" else None
         restarted = f", restarted {container.restart_count} time(s) by Docker" if container.restart_count else ""
         exit_text = f"exit {code}" if code is not None else "exit code not kept (Docker restarted it)"
@@ -311,7 +314,7 @@ class ServerTools(ToolGroup):
                 fix="call start_vllm_server",
             )
         text = await blocking(progress, "reading the logs", lambda: self.engine.logs(container.id, int(tail), since))
-        lines, truncated, size = cap_lines(redact(text, self.env.secrets()), int(tail), MAX_LOG_BYTES)
+        lines, truncated, size = cap_lines(text, int(tail), MAX_LOG_BYTES)
         return LogsOut(container=container.id, lines=lines, truncated=truncated, bytes=size)
 
     # A completion changes nothing on the host; its answer may differ from call to call (temperature).
@@ -441,7 +444,9 @@ def read_status(env: ToolEnv) -> StatusOut:
     try:
         answer = read_answer(StatusAnswer, STATUS_ARGV, done.returncode, done.stdout, done.stderr,
                              container.image or env.engine.image_ref)  # fmt: skip
-    except ConfigError as exc:
+    except ContainerFailure as exc:
+        if exc.container_exit_code != ConfigError.exit_code:
+            raise
         # The container's t4serve has no readable state yet (serve writes it within seconds of the start).
         api_url = published_url(env.engine, container, API_PORT)
         text = f"the server has no state yet: {exc.what}" + (f" ({exc.found})" if exc.found else "")
@@ -450,12 +455,12 @@ def read_status(env: ToolEnv) -> StatusOut:
     if stopped is not None or answer.state is None:
         # compose.yaml's T4SERVE_ON_CONFIG_ERROR=wait: serve printed the error and waits instead of exiting.
         api_url = published_url(env.engine, container, API_PORT)
-        fields = {**empty, "phase": answer.phase, "phase_label": answer.label}
+        fields = {**empty, "phase": answer.phase, "phase_label": PHASE_LABELS[answer.phase]}
         if stopped is not None:
             fields.update(phase_seconds=max(0.0, now - stopped.stopped_at) if stopped.stopped_at > 0 else None,
                           reason=capped(stopped.what), diagnosis=stopped.found and capped(stopped.found),
                           fix=stopped.fix and capped(stopped.fix))  # fmt: skip
-        text = render_config_error(stopped, now) if stopped is not None else f"phase {answer.label}"
+        text = render_config_error(stopped, now) if stopped is not None else f"phase {PHASE_LABELS[answer.phase]}"
         return StatusOut(running=True, ready=False, api_url=api_url, text=capped(text), **base, **fields)
     state = answer.state
     api_url = published_url(env.engine, container, state.port)
@@ -482,7 +487,7 @@ def read_status(env: ToolEnv) -> StatusOut:
         api_url=api_url,
         api_port=state.port,
         phase=state.phase,
-        phase_label=answer.label,
+        phase_label=PHASE_LABELS[state.phase],
         phase_seconds=max(0.0, now - state.phase_began_at()),
         model=state.model,
         served_model_name=state.served_model_name,

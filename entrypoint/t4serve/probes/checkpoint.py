@@ -12,6 +12,7 @@ once): a repo id or a directory, never an alias.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -254,6 +255,31 @@ def check_text_config(text: dict[str, Any]) -> None:
     ):
         found = f"a list of {len(layer_types)}" if isinstance(layer_types, list) else type(layer_types).__name__
         raise Untrusted(f"layer_types must list one string per layer ({layers}), found {found}")
+
+
+def read_recorded(model: ModelFacts) -> ModelFacts:
+    """A model's facts read back from a recording (`--facts FILE`) as the probe reads the checkpoint they stand for:
+    a number set to null is unset (`without_unset`), then the text config is checked by `check_text_config` and the
+    weights by part, dtype and count; Untrusted naming the field otherwise. Facts without a config (not local,
+    invalid) plan nothing and pass."""
+    if not model.config:
+        return model
+    text = model.config.get("text")
+    if not isinstance(text, dict):
+        raise Untrusted("config.text must be an object: the text config, as the probe records it")
+    text = without_unset(text)
+    check_text_config(text)
+    for group in model.weights:
+        if group.part not in PARTS:
+            raise Untrusted(f"weights: part {group.part[:40]!r} must be one of {', '.join(PARTS)}")
+        unknown = sorted(set(group.bytes_by_dtype) - set(DTYPE_BITS))
+        if unknown:
+            raise Untrusted(f"weights: dtype {unknown[0][:40]!r} of {group.part} must be one of "
+                            f"{', '.join(DTYPE_BITS)}")
+    tensors = sum(group.tensors for group in model.weights)
+    if tensors > MAX_TENSORS:
+        raise Untrusted(f"weights: {tensors:,} tensors, more than the {MAX_TENSORS:,} t4serve reads for one checkpoint")
+    return dataclasses.replace(model, config={**model.config, "text": text})
 
 
 def classify(name: str, text: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ from t4serve.supervise.diagnose import diagnose
 from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
 from t4serve.supervise.phases import PHASE_LABELS, PHASES
 from t4serve.supervise.state import (
+    MAX_LINE_CHARS,
     RunSpec,
     ServeState,
     new_state,
@@ -319,6 +320,8 @@ class Wrapper:
             with self.lock:
                 self.out.write(f"{PREFIX}{text}\n")
                 self.out.flush()
+                # What the state keeps of a line (its last lines, a figure's line) is at most what its reader takes.
+                text = text[:MAX_LINE_CHARS]
                 self.lines.append(text)
             if self.tracker.feed(text, time.time()) is not None and self.tracker.figures != self.state.figures:
                 self._save()

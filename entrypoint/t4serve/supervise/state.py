@@ -11,22 +11,24 @@ is checked for what its readers rely on (known phases, a host and port to reach)
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from t4serve.atomic import write_atomic
 from t4serve.errors import ConfigError
-from t4serve.serde import from_dict, to_dict
+from t4serve.serde import Check, Items, OneOf, Range, Text, from_dict, to_dict
 from t4serve.supervise.phases import PHASES
 from t4serve.untrusted import (
+    PATH_MAX_BYTES,
     Untrusted,
     check_host,
-    check_int,
-    check_text,
+    check_path,
     load_json_file,
     printable,
+    shown,
 )
 
 STATE_SCHEMA = 1
@@ -40,40 +42,65 @@ SUPERVISORD_CONF_FILE = "supervisord.conf"
 # ConfigErrorRecord. `t4serve status` reports it as the phase config_error; healthcheck answers from it.
 CONFIG_ERROR_FILE = "config-error.json"
 
+# The bounds of what these files hold, for the one typed reader (t4serve.serde): a time is seconds since the epoch up
+# to the year 2242, a duration at most 31 years, a figure within 1e18 either way (KV tokens, GiB, seconds); a phase
+# one of the table's; text shown without its control characters: a log line as the wrapper keeps it (MAX_LINE_CHARS:
+# vLLM's longest, its engine config, is a few KB), a message of many lines.
+MAX_TIMESTAMP = float(2**33)
+MAX_SECONDS = 1e9
+MAX_FIGURE = 1e18
+MAX_LINE_CHARS = 16_384
+Timestamp = Annotated[float, Range(0.0, MAX_TIMESTAMP)]
+Seconds = Annotated[float, Range(0.0, MAX_SECONDS)]
+FigureValue = Annotated[float, Range(-MAX_FIGURE, MAX_FIGURE)]
+Phase = Annotated[str, OneOf(tuple(PHASES))]
+Name = Annotated[str, Text(200)]
+Line = Annotated[str, Text(MAX_LINE_CHARS)]
+Message = Annotated[str, Text(64_000, lines=True)]
+ExitCode = Annotated[int, Range(-255, 255)]
+
+
+def _host(value: str) -> None:
+    try:
+        check_host(value)
+    except Untrusted as exc:
+        raise Untrusted(f"host {exc.reason}, found {value[:80]!r}") from None
+
+
 @dataclass(frozen=True)
 class PhaseMark:
-    phase: str
-    began_at: float
+    phase: Phase
+    began_at: Timestamp
 
 
 @dataclass(frozen=True)
 class Figure:
     """A number vLLM logged, with the log line it came from so a user can check it."""
 
-    name: str
-    value: float
-    unit: str
-    line: str
+    name: Name
+    value: FigureValue
+    unit: Name
+    line: Line
 
 
 @dataclass(frozen=True)
 class Prediction:
     """What the plan expected for a figure vLLM will log, with the plan's arithmetic."""
 
-    name: str
-    value: float
-    unit: str
-    how: str
+    name: Name
+    value: FigureValue
+    unit: Name
+    how: Message
 
 
 @dataclass(frozen=True)
 class CanaryRecord:
     ok: bool
-    prompt: str
-    text: str | None
-    reason: str | None
-    hint: str | None
-    seconds: float
+    prompt: Message
+    text: Message | None
+    reason: Message | None
+    hint: Message | None
+    seconds: Seconds
 
 
 @dataclass(frozen=True)
@@ -102,33 +129,35 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class ServeState:
-    schema: int
-    phase: str
+    schema: Annotated[int, OneOf((STATE_SCHEMA,))]
+    phase: Phase
     # When `serve` began (container start), and when this vLLM attempt began.
-    started_at: float
-    attempt_started_at: float
-    updated_at: float
+    started_at: Timestamp
+    attempt_started_at: Timestamp
+    updated_at: Timestamp
     # 1 for the first vLLM start in this container, +1 for each restart by supervisord.
-    attempt: int
-    model: str
-    served_model_name: str
-    host: str
-    port: int
-    gpu_name: str | None
-    phases: list[PhaseMark] = field(default_factory=list)
-    figures: dict[str, Figure] = field(default_factory=dict)
-    predictions: dict[str, Prediction] = field(default_factory=dict)
+    attempt: Annotated[int, Range(1, 1 << 31)]
+    # One line each: a name or a path as T4SERVE_MODEL gave it, with no control character.
+    model: Annotated[str, Text(PATH_MAX_BYTES, lines=False)]
+    served_model_name: Annotated[str, Text(1 << 16, lines=False)]
+    host: Annotated[str, Check(_host)]
+    port: Annotated[int, Range(1, 65535)]
+    gpu_name: Name | None
+    # At least the mark of the phase the server is in.
+    phases: Annotated[list[PhaseMark], Items(1, 10_000)] = field(default_factory=list)
+    figures: Annotated[dict[Name, Figure], Items(0, 1000)] = field(default_factory=dict)
+    predictions: Annotated[dict[Name, Prediction], Items(0, 1000)] = field(default_factory=dict)
     # Why the phase is canary_failed or failed, the hint or diagnosis that goes with it, and vLLM's exit code.
-    reason: str | None = None
-    diagnosis: str | None = None
-    fix: str | None = None
-    exit_code: int | None = None
+    reason: Message | None = None
+    diagnosis: Message | None = None
+    fix: Message | None = None
+    exit_code: ExitCode | None = None
     canary: CanaryRecord | None = None
-    last_lines: list[str] = field(default_factory=list)
+    last_lines: Annotated[list[Line], Items(0, 1000)] = field(default_factory=list)
     # Time-to-ready estimate from past starts (t4serve.supervise.history), printed at start.
-    estimate_seconds: float | None = None
-    estimate_phases: dict[str, float] = field(default_factory=dict)
-    wrapper_pid: int | None = None
+    estimate_seconds: Seconds | None = None
+    estimate_phases: Annotated[dict[Phase, Seconds], Items(0, len(PHASES))] = field(default_factory=dict)
+    wrapper_pid: Annotated[int, Range(1, 1 << 31)] | None = None
 
     def phase_began_at(self) -> float:
         return self.phases[-1].began_at if self.phases else self.attempt_started_at
@@ -164,11 +193,11 @@ def new_state(spec: RunSpec, *, started_at: float, attempt: int = 1, now: float 
 class ConfigErrorRecord:
     """The configuration error `serve` stopped on (T4SERVE_ON_CONFIG_ERROR=wait): its parts, as printed."""
 
-    what: str
-    found: str | None
-    required: str | None
-    fix: str | None
-    stopped_at: float
+    what: Message
+    found: Message | None
+    required: Message | None
+    fix: Message | None
+    stopped_at: Timestamp
 
     def headline(self) -> str:
         """Its first line (a message about several settings lists them on the lines after)."""
@@ -179,9 +208,9 @@ class ConfigErrorRecord:
 class ExitRequest:
     """The listener's decision to end the container, and the exit code PID 1 should use."""
 
-    code: int
-    reason: str
-    requested_at: float
+    code: Annotated[int, Range(0, 255)]
+    reason: Message
+    requested_at: Timestamp
 
 
 def _dump(obj: Any) -> str:
@@ -191,12 +220,37 @@ def _dump(obj: Any) -> str:
 T = TypeVar("T")
 
 
+def state_file(state_dir: Path, name: str) -> Path:
+    """The file `name` of the state folder, whose path is checked first: one no file system accepts (a component over
+    255 bytes, a control character) is a ConfigError (exit 2; healthcheck's "not ready"), never an OSError."""
+    path = state_dir / name
+    try:
+        check_path(str(path), "the state file's path")
+    except Untrusted as exc:
+        raise ConfigError(
+            f"the state folder {shown(str(state_dir), 120)} cannot hold the server's state",
+            found=exc.reason,
+            required=f"a folder path whose components are at most 255 bytes, at most {PATH_MAX_BYTES} bytes in all, "
+            "without control characters",
+            fix="set T4SERVE_STATE_DIR (or --state-dir) to the server's state folder (default /tmp/t4serve)",
+        ) from None
+    return path
+
+
+def _present(path: Path) -> bool:
+    """Something is at `path` (a dangling link too); an error reaching it is for the reader to report."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _load(cls: type[T], path: Path, what: str) -> T:
     try:
-        obj = from_dict(cls, load_json_file(path, MAX_STATE_BYTES, "the file"))
-        if isinstance(obj, ServeState):
-            check_state(obj)
-        return obj
+        return from_dict(cls, load_json_file(path, MAX_STATE_BYTES, "the file"))
     except FileNotFoundError:
         raise ConfigError(
             f"{what} not found",
@@ -214,32 +268,12 @@ def _load(cls: type[T], path: Path, what: str) -> T:
         ) from None
 
 
-def check_state(state: ServeState) -> None:
-    """What healthcheck and status rely on: known phases (at least one mark), a host and port to reach, one-word
-    names; Untrusted otherwise."""
-    if state.phase not in PHASES:
-        raise Untrusted(f"phase must be one of {', '.join(PHASES)}, found {state.phase[:40]!r}")
-    if not state.phases:
-        raise Untrusted("phases must list at least the phase the server is in")
-    for mark in state.phases:
-        if mark.phase not in PHASES:
-            raise Untrusted(f"phases must name known phases, found {mark.phase[:40]!r}")
-    check_int(state.port, "port", 1, 65535)
-    check_int(state.attempt, "attempt", 1, 1 << 31)
-    try:
-        check_host(state.host)
-    except Untrusted as exc:
-        raise Untrusted(f"host {exc.reason}, found {state.host[:80]!r}") from None
-    for name, value in (("model", state.model), ("served_model_name", state.served_model_name)):
-        check_text(value, name)
-
-
 def write_state(state_dir: Path, state: ServeState) -> None:
     write_atomic(state_dir / STATE_FILE, _dump(state))
 
 
 def read_state(state_dir: Path) -> ServeState:
-    return _load(ServeState, state_dir / STATE_FILE, "the server state file")
+    return _load(ServeState, state_file(state_dir, STATE_FILE), "the server state file")
 
 
 def write_config_error(state_dir: Path, record: ConfigErrorRecord) -> None:
@@ -249,8 +283,11 @@ def write_config_error(state_dir: Path, record: ConfigErrorRecord) -> None:
 def read_config_error(state_dir: Path) -> ConfigErrorRecord | None:
     """The configuration error `serve` stopped on and now waits after (CONFIG_ERROR_FILE), or None when it did not.
     A file that cannot be read is still such a stop: its record says why its message is missing."""
-    path = state_dir / CONFIG_ERROR_FILE
-    if not path.exists() and not path.is_symlink():  # none (or no state folder: read_state says so)
+    try:
+        path = state_file(state_dir, CONFIG_ERROR_FILE)
+    except ConfigError:  # read_state says why
+        return None
+    if not _present(path):  # none (or no state folder: read_state says so)
         return None
     try:
         record = from_dict(ConfigErrorRecord, load_json_file(path, MAX_STATE_BYTES, "the file"), where=path.name)
@@ -273,7 +310,7 @@ def write_run_spec(state_dir: Path, spec: RunSpec) -> Path:
 
 
 def read_run_spec(path: Path) -> RunSpec:
-    return _load(RunSpec, path, "the run spec")
+    return _load(RunSpec, state_file(path.parent, path.name), "the run spec")
 
 
 def write_exit_request(state_dir: Path, request: ExitRequest) -> None:
@@ -281,7 +318,7 @@ def write_exit_request(state_dir: Path, request: ExitRequest) -> None:
 
 
 def read_exit_request(state_dir: Path) -> ExitRequest | None:
-    path = state_dir / EXIT_REQUEST_FILE
-    if not path.exists():
+    path = state_file(state_dir, EXIT_REQUEST_FILE)
+    if not _present(path):
         return None
     return _load(ExitRequest, path, "the listener's exit request")

@@ -40,11 +40,8 @@ CLAMP_TARGET = f"vllm/{TARGET_PATH}:{TARGET_FUNCTION}"
 Echo = Callable[[str], None]
 
 
-def _worker_env(*, interpret: bool, cache_dir: str) -> dict[str, str]:
+def _worker_env(*, interpret: bool) -> dict[str, str]:
     env = dict(os.environ)
-    # A fresh Triton cache: the proof compiles the kernels itself instead of trusting a cached binary, and leaves
-    # nothing behind in the image's compile-cache volume.
-    env["TRITON_CACHE_DIR"] = cache_dir
     # Empty, not unset: vllm.triton_utils otherwise finds no active driver and hands out a placeholder `triton`.
     env["CUDA_VISIBLE_DEVICES"] = ""
     if interpret:
@@ -57,38 +54,47 @@ def _worker_env(*, interpret: bool, cache_dir: str) -> dict[str, str]:
     return env
 
 
-def run_worker(mode: str, target: Path, *, python: str, echo: Echo, extra_env: Mapping[str, str] | None = None) -> Any:
-    """Run one proof step in a child Python, echo its figures, and return its JSON result."""
-    command = [python, "-m", "t4serve.patch", mode, str(target), "--shared-memory", str(TURING_SHARED_MEMORY)]
+def run_child(command: list[str], env: Mapping[str, str], *, result_prefix: str, timeout: float, echo: Echo,
+              what: str, takes: str, rerun: str, failure_fix: str) -> Any:
+    """Run a proof's child Python with a fresh Triton cache (the proof compiles the kernels itself rather than trust a
+    cached binary, and leaves nothing in the image's compile-cache volume), echo its lines, and return the JSON of its
+    `result_prefix` line; PatchError when it times out, fails or gives no result."""
     try:
-        with tempfile.TemporaryDirectory(prefix="t4serve-clamp-triton-") as cache_dir:
-            env = _worker_env(interpret=mode == "interpret", cache_dir=cache_dir) | dict(extra_env or {})
-            completed = subprocess.run(
-                command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, check=False
-            )
+        with tempfile.TemporaryDirectory(prefix="t4serve-proof-triton-") as cache_dir:
+            completed = subprocess.run(command, env={**env, "TRITON_CACHE_DIR": cache_dir}, capture_output=True,
+                                       text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise PatchError(
-            f"the clamp's {mode} step did not finish",
-            found=f"no result after {WORKER_TIMEOUT_S} s",
-            required="the step to finish (about a minute on 2 cores)",
-            fix="check that the machine is not starved of CPU; rerun `t4serve patch verify`",
+            f"{what} did not finish",
+            found=f"no result after {timeout} s",
+            required=f"the step to finish ({takes})",
+            fix=f"check that the machine is not starved of CPU; rerun `{rerun}`",
         ) from exc
     result: Any = None
     for line in completed.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX) :])
+        if line.startswith(result_prefix):
+            result = json.loads(line[len(result_prefix) :])
         else:
             echo(line)
     if completed.returncode != 0 or result is None:
         tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
         raise PatchError(
-            f"the clamp's {mode} step failed running vLLM's real code (exit {completed.returncode})",
+            f"{what} failed running vLLM's real code (exit {completed.returncode})",
             found=tail or "no output",
             required=f"`{' '.join(command)}` to exit 0 with a result",
-            fix="read the error above: a vLLM or Triton version other than the one the clamp was proven on "
-            "(docker/requirements.in) is the usual cause",
+            fix=failure_fix,
         )
     return result
+
+
+def run_worker(mode: str, target: Path, *, python: str, echo: Echo, extra_env: Mapping[str, str] | None = None) -> Any:
+    """Run one proof step in a child Python, echo its figures, and return its JSON result."""
+    command = [python, "-m", "t4serve.patch", mode, str(target), "--shared-memory", str(TURING_SHARED_MEMORY)]
+    env = _worker_env(interpret=mode == "interpret") | dict(extra_env or {})
+    return run_child(command, env, result_prefix=RESULT_PREFIX, timeout=WORKER_TIMEOUT_S, echo=echo,
+                     what=f"the clamp's {mode} step", takes="about a minute on 2 cores", rerun="t4serve patch verify",
+                     failure_fix="read the error above: a vLLM or Triton version other than the one the clamp was "
+                     "proven on (docker/requirements.in) is the usual cause")
 
 
 def check_compile(result: Mapping[str, Any], echo: Echo) -> None:

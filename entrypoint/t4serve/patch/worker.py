@@ -267,9 +267,9 @@ def launch_label(launch: Launch) -> str:
     return f"{'3d' if k['IS_3D'] else '2d'}/{phase}/head{head}/tile{tile}"
 
 
-def compile_shared_memory(launch: Launch, target: Any) -> tuple[int, float]:
-    """Compile a recorded launch for `target` the way Triton's launcher would (same binder, same specialisation)
-    and return (shared memory bytes, seconds). Registers are known only once a driver loads the binary."""
+def compile_launch(launch: Launch, target: Any) -> Any:
+    """Compile a recorded launch for `target` the way Triton's launcher would (same binder, same specialisation, the
+    launch's own options) and return Triton's CompiledKernel (its metadata and its asm: ttgir, ptx, cubin)."""
     import triton
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
@@ -282,10 +282,15 @@ def compile_shared_memory(launch: Launch, target: Any) -> tuple[int, float]:
     kwargs.setdefault("debug", bool(jit_fn.debug))
     bound_args, specialization, options = binder(**kwargs)
     options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound_args, specialization, options)
+    return triton.compile(ASTSource(jit_fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+def compile_shared_memory(launch: Launch, target: Any) -> tuple[int, float]:
+    """A recorded launch's shared memory (bytes) compiled for `target`, and the seconds the compile took. Registers
+    are known only once a driver loads the binary."""
     started = time.monotonic()
-    kernel = triton.compile(ASTSource(jit_fn, signature, constexprs, attrs), target=target, options=options.__dict__)
-    elapsed = time.monotonic() - started
-    return int(kernel.metadata.shared), elapsed
+    kernel = compile_launch(launch, target)
+    return int(kernel.metadata.shared), time.monotonic() - started
 
 
 def e2b_batches(torch: Any, head_size: int, window: int, block_size: int, seed: int) -> dict[str, Batch]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +21,7 @@ from t4serve.errors import PatchError
 from t4serve.gpus import TURING, shared_memory_per_block_optin
 from t4serve.patch.apply import find_vllm_root, read_vllm_version
 from t4serve.patch.locate import TARGET_PATH
+from t4serve.patch.proof import run_child
 from t4serve.turing.worker import RESULT_PREFIX
 
 TURING_SHARED_MEMORY = shared_memory_per_block_optin(TURING)
@@ -38,34 +37,11 @@ def run_worker(target: Path, *, python: str, echo: Echo, step1: bool = True) -> 
     env.pop("TRITON_INTERPRET", None)
     package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
-    try:
-        with tempfile.TemporaryDirectory(prefix="t4serve-turing-triton-") as cache_dir:
-            env["TRITON_CACHE_DIR"] = cache_dir
-            completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S,
-                                       check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise PatchError(
-            "the Turing attention proof did not finish",
-            found=f"no result after {WORKER_TIMEOUT_S} s",
-            required="the compiles to finish (a few minutes on 2 cores)",
-            fix="check that the machine is not starved of CPU; rerun `t4serve attention prove`",
-        ) from exc
-    result: Any = None
-    for line in completed.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-        else:
-            echo(line)
-    if completed.returncode != 0 or result is None:
-        tail = "\n".join(completed.stderr.strip().splitlines()[-25:])
-        raise PatchError(
-            f"the Turing attention proof failed compiling vLLM's real kernel (exit {completed.returncode})",
-            found=tail or "no output",
-            required=f"`{' '.join(command)}` to exit 0 with a result",
-            fix="a vLLM or Triton other than the pinned one (docker/requirements.lock) is the usual cause; "
-                "t4serve.turing.lowering names an instruction Turing lacks",
-        )
-    return result
+    return run_child(command, env, result_prefix=RESULT_PREFIX, timeout=WORKER_TIMEOUT_S, echo=echo,
+                     what="the Turing attention proof", takes="a few minutes on 2 cores",
+                     rerun="t4serve attention prove",
+                     failure_fix="a vLLM or Triton other than the pinned one (docker/requirements.lock) is the usual "
+                     "cause; t4serve.turing.lowering names an instruction Turing lacks")
 
 
 def check(result: Mapping[str, Any], echo: Echo) -> None:

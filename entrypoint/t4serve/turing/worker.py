@@ -98,23 +98,10 @@ def assemble(ptx: str) -> dict[str, Any]:
 def compile_for_turing(launch: Any) -> dict[str, Any]:
     """The recorded launch compiled by Triton for sm_75 as Triton's launcher would (same binder and specialisation,
     the launch's options), then assembled and counted."""
-    import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
 
-    target = GPUTarget("cuda", 75, 32)
-    jit_fn = launch.jit_fn
-    backend = make_backend(target)
-    binder = create_function_from_signature(jit_fn.signature, jit_fn.params, backend)
-    kwargs = launch.kwargs | launch.options
-    kwargs.setdefault("debug", bool(jit_fn.debug))
-    bound, specialization, options = binder(**kwargs)
-    options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound, specialization, options)
     started = time.monotonic()
-    kernel = triton.compile(ASTSource(jit_fn, signature, constexprs, attrs), target=target,
-                            options=options.__dict__)
+    kernel = clamp_worker.compile_launch(launch, GPUTarget("cuda", 75, 32))
     figures = assemble(kernel.asm["ptx"])
     return {"shared_memory_bytes": int(kernel.metadata.shared), "num_warps": int(kernel.metadata.num_warps),
             "seconds": round(time.monotonic() - started, 1), **figures}

@@ -30,7 +30,7 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, StringConstraints, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, StringConstraints, WithJsonSchema
 
 from t4serve.config.secrets import known_secrets
 from t4serve.config.settings import VARIABLES_BY_NAME, Settings
@@ -54,7 +54,9 @@ REFUSED_SETTINGS = ("HF_TOKEN", "HF_TOKEN_FILE", "T4SERVE_API_KEY", "T4SERVE_API
 # The longest value a tool takes: a checkpoint (a repo id, or a folder path, at most PATH_MAX), a setting's text
 # (T4SERVE_VLLM_ARGS, a line of vLLM flags, is the longest).
 MAX_MODEL_CHARS = PATH_MAX_BYTES
-MAX_SETTING_CHARS = 8192
+# A first bound on any setting's text, far above every setting's own (Variable.max_chars, at most 8,192 for
+# T4SERVE_VLLM_ARGS), so that the refusal names the setting's own limit.
+MAX_SETTING_TEXT = 1 << 20
 # The settings a tool may pass: every setting but the secrets and the checkpoint (the `model` argument).
 TOOL_SETTINGS = tuple(name for name in VARIABLES_BY_NAME if name not in (*REFUSED_SETTINGS, "T4SERVE_MODEL"))
 
@@ -71,11 +73,22 @@ SETTINGS_HELP = (
 # `settings` as tools take it: setting name -> its text (null: unset). Its published schema names every setting a tool
 # may pass and no other (additionalProperties false, as the server refuses any other name), so a client that converts
 # schemas to a strict form (every property named, none extra) can; validate_settings says why a name is refused.
+def _within_limits(settings: dict[str, str | None]) -> dict[str, str | None]:
+    """Each setting's text within that setting's own limit (the one `t4serve` itself refuses past)."""
+    for name, value in settings.items():
+        limit = VARIABLES_BY_NAME[name].max_chars if name in VARIABLES_BY_NAME else MAX_SETTING_TEXT
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{name}: at most {limit:,} characters (found {len(value):,})")
+    return settings
+
+
 SettingsArgument = Annotated[
-    dict[str, Annotated[str, StringConstraints(max_length=MAX_SETTING_CHARS)] | None],
+    dict[str, Annotated[str, StringConstraints(max_length=MAX_SETTING_TEXT)] | None],
+    AfterValidator(_within_limits),
     WithJsonSchema({
         "type": "object",
-        "properties": {name: {"anyOf": [{"type": "string", "maxLength": MAX_SETTING_CHARS}, {"type": "null"}]}
+        "properties": {name: {"anyOf": [{"type": "string", "maxLength": VARIABLES_BY_NAME[name].max_chars},
+                                        {"type": "null"}]}
                        for name in TOOL_SETTINGS},
         "additionalProperties": False,
     }),

@@ -50,7 +50,7 @@ def test_preflight_reads_the_images_proof(run_in_image: RunInImage, tmp_path: Pa
     tmp_path.chmod(0o755)
     (tmp_path / "facts.json").chmod(0o644)
     done = run_in_image("preflight", "--facts", "/f/facts.json", "--json", extra=("-v", f"{tmp_path}:/f:ro"))
-    findings = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    findings = {f["check"]: f for f in json.loads(done.stdout)}
     attention = findings["attention"]
     assert attention["level"] == "ok", attention
     assert "turing-mma" in attention["found"] and "launches for sm_75" in attention["found"], attention

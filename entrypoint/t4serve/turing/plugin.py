@@ -16,7 +16,7 @@ from t4serve.turing.launch import PATHS, TURING_MMA
 
 VARIABLE = "T4SERVE_ATTENTION"
 TARGET_MODULE = "vllm.v1.attention.ops.triton_unified_attention"
-# The line `t4serve serve` finds in vLLM's log to know the path is in place (t4serve.supervise.phases).
+# The line each vLLM process logs once the path is in place (tests/gpu/turing_served.py looks for it).
 INSTALLED_LINE = "t4serve attention path turing-mma installed (pid %d): %s"
 
 logger = logging.getLogger("vllm.t4serve_turing_attention")

@@ -77,17 +77,24 @@ SERVING_MODULES: dict[str, list[str]] = {
     ],
     "worker and model runner": [
         "vllm.v1.worker.gpu_worker",
-        "vllm.v1.worker.gpu_model_runner",
+        "vllm.v1.worker.gpu.model_runner",
         "vllm.compilation.backends",
         "vllm.compilation.cuda_graph",
         "vllm.model_executor.model_loader.default_loader",
         "vllm.model_executor.model_loader.weight_utils",
     ],
     "sampler": [
-        "vllm.v1.sample.sampler",
+        "vllm.v1.worker.gpu.sample.sampler",
         "vllm.v1.sample.ops.topk_topp_sampler",
         "vllm.v1.sample.ops.topk_topp_triton",
-        "vllm.v1.sample.rejection_sampler",
+        "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
+    ],
+    # t4serve's --speculative: Gemma 4's own drafter (mtp) and the GPU n-gram proposer (ngram).
+    "speculative decoding": [
+        "vllm.v1.worker.gpu.spec_decode.speculator",
+        "vllm.v1.worker.gpu.spec_decode.gemma4.speculator",
+        "vllm.v1.worker.gpu.spec_decode.ngram.speculator",
+        "vllm.model_executor.models.gemma4_mtp",
     ],
     "structured output": [
         "vllm.v1.structured_output",
@@ -186,6 +193,14 @@ def remove(spec: dict[str, Any]) -> None:
             "every listed distribution installed by docker/requirements.lock",
             "drop them from docker/slim.json (a pin changed), after checking the serving path still imports",
         )
+    present = [e["name"] for e in spec.get("excluded_from_lock", []) if _installed(e["name"])]
+    if present:
+        fail(
+            "the venv holds distributions docker/slim.json says the lock leaves out",
+            ", ".join(present),
+            "none of excluded_from_lock installed (docker/requirements.exclude)",
+            "regenerate the lock with scripts/lock, or move the entry back to distributions",
+        )
     freed = {name: dist_bytes(name) for name in names}
     paths = [SITE / p["path"] for p in spec["paths"]]
     absent = [str(p) for p in paths if not (p.exists() or p.is_symlink())]
@@ -241,6 +256,12 @@ def remove(spec: dict[str, Any]) -> None:
     print(
         f"docker/slim.py: removed {len(names)} distributions and {len(paths)} paths, {sum(freed.values()) / 1e9:.2f} GB"
     )
+
+
+def removed_module_names(spec: dict[str, Any]) -> list[str]:
+    """The top-level modules of every distribution the image lacks: removed here, or never locked."""
+    entries = [*spec["distributions"], *spec.get("excluded_from_lock", [])]
+    return sorted({m for d in entries for m in d["modules"]})
 
 
 def _installed(name: str) -> bool:
@@ -316,7 +337,7 @@ def prove(spec: dict[str, Any], record: Path) -> None:
                 "the rewrite applied by `slim.py remove`",
                 "run `slim.py remove` before `prove` (the Dockerfile does)",
             )
-    removed_modules = sorted({m for d in spec["distributions"] for m in d["modules"]})
+    removed_modules = removed_module_names(spec)
     # A removed module must not even be findable: a stray .pth or namespace folder would hide a half-removal.
     findable = [m for m in removed_modules if importlib.util.find_spec(m) is not None]
     if findable:
@@ -417,9 +438,10 @@ class MissingKernel:
 
 
 def runtime_decisions() -> dict[str, object]:
-    """The choices vLLM makes once the engine runs on a T4, made here on the stand-in: the sampler it builds (which
-    would import FlashInfer without VLLM_USE_FLASHINFER_SAMPLER=0), whether FlashInfer and DeepGEMM count as present,
-    and the W4A16 kernel for the QAT checkpoint's linear layers (Marlin, not the removed humming kernels)."""
+    """The choices vLLM makes once the engine runs on a T4, made here on the stand-in: whether the sampler takes
+    FlashInfer (the model runner's Sampler asks `flashinfer_sampler_supported`, which would import FlashInfer without
+    VLLM_USE_FLASHINFER_SAMPLER=0), whether FlashInfer and DeepGEMM count as present, and the W4A16 kernel for the
+    QAT checkpoint's linear layers (Marlin, not the removed humming kernels)."""
     import torch
     from vllm.model_executor.kernels.linear import choose_mp_linear_kernel
     from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearLayerConfig
@@ -427,9 +449,7 @@ def runtime_decisions() -> dict[str, object]:
     from vllm.utils.deep_gemm import is_deep_gemm_supported
     from vllm.utils.flashinfer import has_flashinfer
     from vllm.v1.sample.ops.topk_topp_sampler import flashinfer_sampler_supported
-    from vllm.v1.sample.sampler import Sampler
 
-    Sampler()
     w4a16 = MPLinearLayerConfig(
         full_weight_shape=(2048, 2048),
         partition_weight_shape=(2048, 2048),

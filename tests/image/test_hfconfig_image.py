@@ -92,4 +92,4 @@ def test_a_model_type_outside_the_table_is_read_by_vllms_reader(docker_bin: str,
     done = run_plan(docker_bin, image_ref, gemma3, "--gpu", "t4", "--json", model="exaone4")
     assert done.returncode == 0, done.stderr[-3000:]
     notes = json.loads(done.stdout)["plan"]["sizing"]["notes"]
-    assert any(n.startswith("model config read as vLLM reads it: vLLM 0.33.0 get_config") for n in notes), notes
+    assert any(n.startswith("model config read as vLLM reads it: vLLM 0.34.0 get_config") for n in notes), notes

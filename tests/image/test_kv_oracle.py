@@ -1,4 +1,4 @@
-"""t4serve.planning.kvcache against vLLM's own KV cache code: tests/oracle/kv_oracle.py runs the image's vLLM 0.33 (real
+"""t4serve.planning.kvcache against vLLM's own KV cache code: tests/oracle/kv_oracle.py runs the image's vLLM 0.34 (real
 engine config, real Gemma 4 layers on the meta device, real planner) for E2B on a stand-in T4 without a GPU; every
 figure kvcache.py computes from config.json must equal vLLM's, field by field, for each pool and max_model_len here."""
 
@@ -41,11 +41,12 @@ def pools_for(max_model_len: int) -> list[int]:
     return [*POOLS, least, least - 1]
 
 
-def run_oracle(docker_bin: str, image: str, kind: str, lengths: tuple[int, ...], pools: list[int]) -> dict[int, Any]:
+def run_oracle(docker_bin: str, image: str, kind: str, lengths: tuple[int, ...], pools: list[int],
+               *extra: str) -> dict[int, Any]:
     """vLLM's figures by max_model_len, from tests/oracle/kv_oracle.py in a throwaway container (no GPU, no network)."""
     cmd = [docker_bin, "run", "--rm", "--network", "none", "-e", "CUDA_VISIBLE_DEVICES="]
     cmd += ["-v", f"{REPO / 'tests'}:/t:ro", "--entrypoint", "python", image, "/t/oracle/kv_oracle.py"]
-    cmd += ["--e2b", kind, "--dtype", "float16"]
+    cmd += ["--e2b", kind, "--dtype", "float16", *extra]
     for length in lengths:
         cmd += ["--max-model-len", str(length)]
     for pool in pools:
@@ -53,7 +54,7 @@ def run_oracle(docker_bin: str, image: str, kind: str, lengths: tuple[int, ...],
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=ORACLE_TIMEOUT_S)
     assert done.returncode == 0, f"the oracle failed in {image}:\n{done.stderr[-6000:]}"
     data: dict[str, Any] = json.loads(done.stdout)
-    assert data["vllm_version"] == "0.33.0", data["vllm_version"]
+    assert data["vllm_version"] == "0.34.0", data["vllm_version"]
     return {run["max_model_len"]: run for run in data["runs"]}
 
 
@@ -78,6 +79,9 @@ def test_engine_inputs_match_what_kvcache_assumes(oracle: dict[int, dict[str, An
     assert run["max_num_batched_tokens"] == BATCHED
     assert run["async_scheduling"] is True
     assert run["max_in_flight_tokens"] == lay.in_flight_tokens
+    # vLLM 0.34 turns the extensible KV cache on by default on CUDA, and off where the pool is given, as t4serve
+    # gives it (kv_oracle passes kv_cache_memory_bytes): its tokens are then the planner's, logged at start.
+    assert run["extensible_kv_cache"] is False
 
 
 @pytest.mark.parametrize("max_model_len", LENGTHS)
@@ -189,3 +193,43 @@ def test_qat_checkpoint_has_the_same_kv_cache(docker_bin: str, image_ref: str) -
         ours.tokens,
     )
     assert theirs["max_concurrency"] == ours.concurrency
+
+
+def test_vllm_034s_default_block_size_is_64_and_kvcache_sizes_it(docker_bin: str, image_ref: str) -> None:
+    """No --block-size: vLLM 0.34's own default (64, `CacheConfig.DEFAULT_BLOCK_SIZE`; 16 before) on the stand-in T4.
+    kvcache.py at 64 gives vLLM's blocks, tokens and concurrency at 4k, 16k and 32k, and fewer tokens than at 16, the
+    block t4serve passes (docs/sizing.md has the figures)."""
+    lengths = (4096, 16384, 32768)
+    runs = run_oracle(docker_bin, image_ref, "bf16", lengths, [PUBLISHED_POOL], "--block-size", "vllm")
+    for length in lengths:
+        run = runs[length]
+        assert run["block_size"] == 64
+        lay = kv.kv_layout(TEXT, dtype_bytes=DTYPE_BYTES, max_model_len=length, max_num_batched_tokens=BATCHED,
+                           block_size=64)
+        theirs = run["pools"][0]
+        ours = kv.capacity(lay, PUBLISHED_POOL)
+        assert (theirs["num_blocks"], theirs["bytes_per_block"], theirs["kv_cache_size_tokens"],
+                theirs["max_concurrency"]) == (ours.num_blocks, lay.bytes_per_block, ours.tokens, ours.concurrency)
+        assert ours.tokens < kv.capacity(layout(length), PUBLISHED_POOL).tokens
+
+
+def test_mtp_drafter_shares_the_targets_cache(docker_bin: str, image_ref: str) -> None:
+    """T4SERVE_SPECULATIVE=mtp (Gemma 4 E2B's assistant, 2 speculative tokens) on the QAT checkpoint: vLLM's Gemma 4
+    speculator points each of the drafter's 4 layers at the target's last owning layer of its type (13 sliding, 14
+    full), so the drafter owns no KV cache and vLLM plans exactly the target's figures, at every length."""
+    lengths = (4096, 16384, 131072)
+    runs = run_oracle(docker_bin, image_ref, "qat", lengths, [PUBLISHED_POOL], "--speculative", "mtp")
+    for length in lengths:
+        run = runs[length]
+        assert (run["speculative_method"], run["num_speculative_tokens"]) == ("mtp", 2)
+        drafter = run["drafter_layers"]
+        assert [d["owns_kv"] for d in drafter] == [False] * 4
+        assert [d["shares_kv_with"].split(".")[-3] for d in drafter] == ["13", "13", "13", "14"]
+        assert run["max_in_flight_tokens"] == layout(length).in_flight_tokens
+        theirs = run["pools"][0]
+        if not theirs["fits"]:
+            assert not kv.fits(layout(length), PUBLISHED_POOL)
+            continue
+        ours = kv.capacity(layout(length), PUBLISHED_POOL)
+        assert (theirs["num_blocks"], theirs["kv_cache_size_tokens"], theirs["max_concurrency"]) == (
+            ours.num_blocks, ours.tokens, ours.concurrency)

@@ -129,7 +129,7 @@ def oracle(docker_bin: str, image_ref: str, tmp_path_factory: pytest.TempPathFac
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=ORACLE_TIMEOUT_S)
     assert done.returncode == 0, f"the oracle failed in {image_ref}:\n{done.stderr[-6000:]}"
     data: dict[str, Any] = json.loads(done.stdout)
-    assert data["vllm_version"] == "0.33.0", data["vllm_version"]
+    assert data["vllm_version"] == "0.34.0", data["vllm_version"]
     return data
 
 
@@ -266,7 +266,7 @@ def test_t4serves_table_reads_each_config_as_vllms_reader(oracle: dict[str, Any]
     reading = oracle["configs"][f"/fam/{family}"]
     assert "error" not in reading, reading
     assert reading["t4serve_read_by"].startswith("t4serve's table of transformers 5.20.2"), reading["t4serve_read_by"]
-    assert reading["vllm_read_by"].startswith("vLLM 0.33.0 get_config")
+    assert reading["vllm_read_by"].startswith("vLLM 0.34.0 get_config")
     assert reading["t4serve"] == reading["vllm"]
 
 

@@ -43,7 +43,7 @@ def run_oracle(docker_bin: str, image: str, kind: str) -> dict[str, Any]:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=ORACLE_TIMEOUT_S)
     assert done.returncode == 0, f"the weights oracle failed in {image}:\n{done.stderr[-6000:]}"
     data: dict[str, Any] = json.loads(done.stdout)
-    assert data["vllm_version"] == "0.33.0", data["vllm_version"]
+    assert data["vllm_version"] == "0.34.0", data["vllm_version"]
     return data
 
 

@@ -1,16 +1,19 @@
 """The KV cache figures vLLM itself computes for a checkpoint on a Tesla T4, run on a machine without a GPU.
 
 What is vLLM's own code: the engine config (`EngineArgs.create_engine_config`: dtype, block size, the Triton backend
-Gemma 4 forces, max_num_batched_tokens, async scheduling), the model (`initialize_model` builds the real model class
-with its real `Attention` layers, KV sharing included, on the meta device), the per-layer specs
-(`GPUModelRunner.get_kv_cache_spec`), the layout (`resolve_kv_cache_layout`), and everything after: grouping and page
-unification (`get_global_kv_cache_groups`), blocks (`get_kv_cache_configs`, which also refuses a pool that cannot
-hold one max-length request), the scheduler's config and `update_kv_cache_capacity`, whose log line is captured.
+Gemma 4 forces, max_num_batched_tokens, async scheduling, whether the extensible KV cache is on), the model
+(`initialize_model` builds the real model class with its real `Attention` layers, KV sharing included, on the meta
+device), the per-layer specs (the GPU model runner's `get_kv_cache_spec`, vLLM 0.34's `vllm.v1.worker.gpu`), the layout
+(`resolve_kv_cache_layout`), and everything after: grouping and page unification (`get_global_kv_cache_groups`),
+blocks (`get_kv_cache_configs`, which also refuses a pool that cannot hold one max-length request), the scheduler's
+config and `update_kv_cache_capacity`, whose log line is captured.
 What the oracle supplies itself: a stand-in CUDA platform describing a T4 (capability 7.5, 15,360 MiB), the pool
-size (given, as `--kv-cache-memory-bytes` does, instead of profiled), and placeholders for the compiled kernels that
-cannot load without libcuda (each stub below says why). It re-traces two steps of EngineCore._initialize_kv_caches
-in its own lines (the calls in order, the scheduler's block size) and evaluates per group the expression vLLM's
-`get_max_concurrency_for_kv_cache_config` sums, to show each group's share. It never states an expected figure.
+size (given, as `--kv-cache-memory-bytes` does, instead of profiled: the engine config gets the largest pool as its
+`kv_cache_memory_bytes`, as t4serve's plan passes one), the block size t4serve passes (16 unless told), and
+placeholders for the compiled kernels that cannot load without libcuda (each stub below says why). It re-traces two
+steps of EngineCore._initialize_kv_caches in its own lines (the calls in order, the scheduler's block size) and
+evaluates per group the expression vLLM's `get_max_concurrency_for_kv_cache_config` sums, to show each group's share.
+It never states an expected figure.
 
     python tests/oracle/kv_oracle.py --e2b bf16 --max-model-len 16384 --pool 3040935936   # JSON on stdout
 """
@@ -270,8 +273,12 @@ def plan_pools(config: Any, kv_cache_specs: list[dict[str, Any]], global_groups:
                 }
                 for g in scheduler.kv_cache_groups
             ]
-            # EngineCore._initialize_kv_caches: the scheduler's block size, then the capacity it logs.
-            config.cache_config.block_size = min(g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups)
+            # EngineCore._initialize_kv_caches: the scheduler's block size (the smallest of the groups that take
+            # part in prefix caching, else of all), then the capacity it logs.
+            participating = [g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups
+                             if g.kv_cache_spec.prefix_cacheable]
+            config.cache_config.block_size = min(participating or
+                                                 [g.kv_cache_spec.block_size for g in scheduler.kv_cache_groups])
             del capture.lines[:]
             update_kv_cache_capacity(config, scheduler)
             result.update(
@@ -290,8 +297,69 @@ def plan_pools(config: Any, kv_cache_specs: list[dict[str, Any]], global_groups:
     return results
 
 
-def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[int]) -> dict[str, Any]:
-    """One engine config and model for `max_model_len`, then vLLM's planner for each pool."""
+def model_kv_specs(config: Any) -> tuple[dict[str, Any], dict[str, str], Any]:
+    """What the engine core gathers from the model's layers once they are built (inside `set_current_vllm_config`):
+    the per-layer specs from the GPU model runner's own `get_kv_cache_spec` (vLLM 0.34's `vllm.v1.worker.gpu`, on a
+    stand-in `self` holding what it reads: the config, no draft-model speculator whose layers it would re-shard across
+    context-parallel ranks, one such rank), the layers that read another's cache (`get_shared_kv_cache_layers`), and the
+    layout `resolve_kv_cache_layout` picks from the workers' supported layouts."""
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.worker.gpu.attn_utils import get_shared_kv_cache_layers
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    runner = types.SimpleNamespace(vllm_config=config, speculator=None, dcp_size=1)
+    layer_specs: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
+    shared: dict[str, str] = get_shared_kv_cache_layers(config)
+    layouts = WorkerBase.get_supported_kv_cache_layouts(runner)
+    return layer_specs, shared, resolve_kv_cache_layout(config, [layouts], list(layer_specs.values()))
+
+
+def build_drafter(config: Any) -> list[str]:
+    return build_drafter_model(config)[1]
+
+
+def build_drafter_model(config: Any) -> tuple[Any, list[str]]:
+    """The speculative config's draft model, built as vLLM 0.34 builds it beside the target (inside the caller's
+    `set_current_vllm_config`, after the target), on the meta device; returns the draft's attention layer names.
+
+    Gemma 4's drafter (`Gemma4Speculator`): the speculator's own `_create_draft_vllm_config` (the target's forced
+    Triton backend carried over), `initialize_model` of the draft model config under the draft's model tag (the loader's
+    step, without weights), then the speculator's own `_setup_gemma4_kv_sharing`, which points each draft layer at the
+    target's last layer of its attention type. A method with no draft model (n-gram) builds nothing. Any other draft
+    model is reported, not built: t4serve sizes none."""
+    import torch
+    from vllm.compilation.backends import set_model_tag
+    from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    spec = config.speculative_config
+    if spec is None:
+        return None, []
+    cls = resolve_obj_by_qualname(spec.speculator_config.speculator_class)
+    if not issubclass(cls, DraftModelSpeculator):
+        return None, []
+    if not issubclass(cls, Gemma4Speculator):
+        raise NotImplementedError(f"kv_oracle builds Gemma 4's drafter only, not {cls.__name__}")
+    target_layers = set(get_layers_from_vllm_config(config, AttentionLayerBase))
+    speculator = types.SimpleNamespace(vllm_config=config, speculative_config=spec)
+    draft_config = Gemma4Speculator._create_draft_vllm_config(speculator)
+    with (set_model_tag("eagle_head"), kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype),
+          torch.device("meta")):
+        model = initialize_model(vllm_config=draft_config, model_config=spec.draft_model_config)
+    Gemma4Speculator._setup_gemma4_kv_sharing(speculator, model, target_layers)
+    return model, sorted(set(get_layers_from_vllm_config(config, AttentionLayerBase)) - target_layers)
+
+
+def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[int], block_size: int | None = 16,
+                       speculative_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One engine config and model for `max_model_len`, then vLLM's planner for each pool. `block_size` None: vLLM's
+    own default; `speculative_config`: as `--speculative-config` gives it."""
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
@@ -300,13 +368,13 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.model_executor.models.utils import extract_layer_index
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    from vllm.v1.worker.worker_base import WorkerBase
 
-    # load_format dummy: no weights are read; the layers are built on the meta device.
-    args = EngineArgs(model=model, dtype=dtype, max_model_len=max_model_len, load_format="dummy")
+    # load_format dummy: no weights are read; the layers are built on the meta device. The largest pool as
+    # kv_cache_memory_bytes, as t4serve passes one (it also settles the extensible KV cache: off).
+    args = EngineArgs(model=model, dtype=dtype, max_model_len=max_model_len, load_format="dummy",
+                      kv_cache_memory_bytes=max(pools), speculative_config=speculative_config,
+                      **({"block_size": block_size} if block_size is not None else {}))
     config = args.create_engine_config()
     with set_current_vllm_config(config):
         if not model_parallel_is_initialized():
@@ -321,18 +389,14 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
             ensure_model_parallel_initialized(1, 1, backend="gloo")
         with kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype), torch.device("meta"):
             initialize_model(vllm_config=config)
-        # The model runner's own methods, on a stand-in `self` holding only what they read.
-        runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
-        layer_specs: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
-        shared: dict[str, str] = runner.shared_kv_cache_layers
-        layouts = WorkerBase.get_supported_kv_cache_layouts(runner)
-        layout = resolve_kv_cache_layout(config, [layouts], list(layer_specs.values()))
+        draft_layers = build_drafter(config)
+        layer_specs, shared, layout = model_kv_specs(config)
         kv_cache_specs = [layer_specs]
         global_groups = get_global_kv_cache_groups(config, kv_cache_specs)
         config.adjust_dcp_kv_cache_interleave_size(global_groups)
 
         layers = []
-        for name in sorted(set(layer_specs) | set(shared), key=extract_layer_index):
+        for name in sorted(set(layer_specs) | set(shared) - set(draft_layers), key=extract_layer_index):
             entry: dict[str, Any] = {"name": name, "layer": extract_layer_index(name)}
             if name in shared:
                 entry["shares_kv_with"] = shared[name]
@@ -341,6 +405,8 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
                 entry.update(spec_json(layer_specs[name]))
             layers.append(entry)
 
+        drafter = [{"name": name, "shares_kv_with": shared.get(name), "owns_kv": name in layer_specs}
+                   for name in draft_layers]
         results = plan_pools(config, kv_cache_specs, global_groups, pools)
 
     return {
@@ -352,7 +418,11 @@ def figures_for_length(model: str, dtype: str, max_model_len: int, pools: list[i
         "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
         "async_scheduling": bool(config.scheduler_config.async_scheduling),
         "max_in_flight_tokens": config.max_in_flight_tokens,
+        "extensible_kv_cache": bool(config.cache_config.enable_extensible_kv_cache),
+        "speculative_method": config.speculative_config.method if config.speculative_config else None,
+        "num_speculative_tokens": config.num_speculative_tokens,
         "layers": layers,
+        "drafter_layers": drafter,
         "pools": results,
     }
 
@@ -364,6 +434,25 @@ def e2b_checkpoint(kind: str, directory: str) -> str:
 
     write_checkpoint(directory, kind=kind)
     return directory
+
+
+def e2b_assistant_checkpoint(directory: str) -> str:
+    """google/gemma-4-E2B-it-assistant's config.json and safetensors header, by the unit tests' helper."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+    from e2b_checkpoint import write_assistant_checkpoint  # type: ignore[import-not-found]  # found at run time
+
+    write_assistant_checkpoint(directory)
+    return directory
+
+
+def speculative_config(kind: str, tokens: int, scratch: str) -> dict[str, Any] | None:
+    """`--speculative-config` as t4serve's plan passes it for T4SERVE_SPECULATIVE (off, mtp, ngram)."""
+    if kind == "off":
+        return None
+    if kind == "ngram":
+        return {"method": "ngram_gpu", "num_speculative_tokens": tokens}
+    drafter = e2b_assistant_checkpoint(str(Path(scratch) / "assistant"))
+    return {"method": "mtp", "model": drafter, "num_speculative_tokens": tokens}
 
 
 def oracle_parser(description: str) -> argparse.ArgumentParser:
@@ -380,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = oracle_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, action="append", required=True)
     parser.add_argument("--pool", type=int, action="append", required=True, help="KV cache pool in bytes")
+    parser.add_argument("--block-size", default="16",
+                        help="--block-size to pass (16: what t4serve passes), or `vllm` for vLLM's own default")
+    parser.add_argument("--speculative", choices=("off", "mtp", "ngram"), default="off",
+                        help="mtp: Gemma 4 E2B's drafter (its test checkpoint written beside the model); ngram: "
+                             "vLLM's ngram_gpu")
+    parser.add_argument("--num-speculative-tokens", type=int, default=2)
     args = parser.parse_args(argv)
 
     out = sys.stdout
@@ -389,9 +484,12 @@ def main(argv: list[str] | None = None) -> int:
     answer_capability_probes()
     import vllm
 
+    block_size = None if args.block_size == "vllm" else int(args.block_size)
     with tempfile.TemporaryDirectory(prefix="kv-oracle-") as scratch:
-        model = args.model or e2b_checkpoint(args.e2b, scratch)
-        runs = [figures_for_length(model, args.dtype, length, args.pool) for length in args.max_model_len]
+        model = args.model or e2b_checkpoint(args.e2b, str(Path(scratch) / "model"))
+        speculative = speculative_config(args.speculative, args.num_speculative_tokens, scratch)
+        runs = [figures_for_length(model, args.dtype, length, args.pool, block_size, speculative)
+                for length in args.max_model_len]
     json.dump(
         {"vllm_version": vllm.__version__, "platform": f"stand-in {T4_NAME} {T4_CAPABILITY}", "runs": runs},
         out,

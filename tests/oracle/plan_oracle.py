@@ -1,4 +1,4 @@
-"""t4serve's plan against vLLM 0.33's own planner, for any checkpoint on any GPU of the known table, without a GPU.
+"""t4serve's plan against vLLM 0.34's own planner, for any checkpoint on any GPU of the known table, without a GPU.
 
 For each case (a checkpoint directory, a known GPU, t4serve settings) this runs, in the image:
 1. t4serve's own plan: `t4serve.planning.plan.plan` on the checkpoint probed as `serve` probes it (vLLM's config reader
@@ -6,9 +6,10 @@ For each case (a checkpoint directory, a known GPU, t4serve settings) this runs,
 2. vLLM on that argv: vLLM's own `vllm serve` parser reads the plan's argv, `EngineArgs.create_engine_config` builds
    the engine config for `vllm serve` (it refuses what vLLM refuses: max_num_seqs above the batched tokens, a length
    above the model's, too few batched tokens without chunked prefill), the real model classes are built on the meta
-   device, `GPUModelRunner.get_kv_cache_spec` gives the per-layer specs, and the planner (`get_kv_cache_configs`,
-   `update_kv_cache_capacity`) turns the plan's `--kv-cache-memory-bytes` and other pools into blocks, tokens and
-   concurrency, or refuses naming the largest length that fits;
+   device (with the drafter T4SERVE_SPECULATIVE=mtp adds, wired to the target's KV cache as vLLM's Gemma 4
+   speculator wires it), the GPU model runner's `get_kv_cache_spec` gives the per-layer specs, and the planner
+   (`get_kv_cache_configs`, `update_kv_cache_capacity`) turns the plan's `--kv-cache-memory-bytes` and other pools
+   into blocks, tokens and concurrency, or refuses naming the largest length that fits;
 3. t4serve's own KV figures for the other pools (`t4serve.planning.kvcache`, from the plan's inputs);
 4. per checkpoint, the text config t4serve probed (its table of transformers' defaults, t4serve.probes.configdefaults)
    beside what vLLM's own `get_config` reads from the same config.json, each as the sizing reads it.
@@ -31,7 +32,6 @@ import json
 import sys
 import tempfile
 import traceback
-import types
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,7 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
     from vllm.usage.usage_lib import UsageContext
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    from vllm.v1.worker.worker_base import WorkerBase
 
     parser = make_arg_parser(FlexibleArgumentParser())
     args = parser.parse_args([*argv, "--load-format", "dummy"])
@@ -81,14 +78,12 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
             with (kv_oracle.kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype),
                   torch.device("meta")):
                 initialize_model(vllm_config=config)
+            draft_layers = kv_oracle.build_drafter(config)
         except ValueError as exc:  # the attention backends' own refusals (an FP8 KV cache below capability 8.9)
             return {"refused": first_line(exc)}
-        runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
-        layer_specs: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
+        layer_specs, shared, layout = kv_oracle.model_kv_specs(config)
         backends = sorted({layer.get_attn_backend().get_name()
                            for layer in get_layers_from_vllm_config(config, AttentionLayerBase).values()})
-        layouts = WorkerBase.get_supported_kv_cache_layouts(runner)
-        layout = resolve_kv_cache_layout(config, [layouts], list(layer_specs.values()))
         kv_cache_specs = [layer_specs]
         global_groups = get_global_kv_cache_groups(config, kv_cache_specs)
         config.adjust_dcp_kv_cache_interleave_size(global_groups)
@@ -106,6 +101,12 @@ def vllm_figures(argv: list[str], pools: list[int]) -> dict[str, Any]:
         "hybrid_kv_cache_manager": not config.scheduler_config.disable_hybrid_kv_cache_manager,
         "max_in_flight_tokens": config.max_in_flight_tokens,
         "layer_spec_types": sorted({type(s).__name__ for s in layer_specs.values()}),
+        "extensible_kv_cache": bool(config.cache_config.enable_extensible_kv_cache),
+        "speculative_method": config.speculative_config.method if config.speculative_config else None,
+        "num_speculative_tokens": config.num_speculative_tokens,
+        "drafter_layers": len(draft_layers),
+        "drafter_layers_owning_kv": sorted(name for name in draft_layers if name in layer_specs),
+        "drafter_shares_kv_with": sorted({shared[name] for name in draft_layers if name in shared}),
         "pools": results,
     }
 

@@ -1,4 +1,4 @@
-"""The GPU memory vLLM 0.33 allocates for a checkpoint's weights on a Tesla T4, found without a GPU.
+"""The GPU memory vLLM 0.34 allocates for a checkpoint's weights on a Tesla T4, found without a GPU.
 
 What is vLLM's own code: the engine config (`EngineArgs.create_engine_config`: dtype, quantization config, max
 batched tokens), the model (`initialize_model`: the real Gemma 4 classes, each linear layer's quant method running
@@ -17,7 +17,12 @@ the loader, `load_weights` copies into the tensors built here, so it changes no 
 Bytes are counted per distinct storage (tied and shared tensors once) over parameters, buffers and plain tensor
 attributes of modules, by part and dtype, before and after post-processing.
 
-    python tests/oracle/weights_oracle.py --e2b qat          # JSON on stdout
+With `--mtp`, Gemma 4 E2B's drafter (google/gemma-4-E2B-it-assistant's test checkpoint) is built after the target as
+vLLM's Gemma 4 speculator builds it (kv_oracle.build_drafter_model), given the target's embeddings by the speculator's
+own `_share_embeddings`, post-processed, and counted apart: storage the target already holds (the shared embeddings,
+a rotary cache vLLM's `get_rope` hands both) is not counted again.
+
+    python tests/oracle/weights_oracle.py --e2b qat [--mtp]  # JSON on stdout
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import logging
 import re
 import sys
 import tempfile
+import types
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,11 +46,13 @@ from kv_oracle import (
     T4_NAME,
     LogCapture,
     answer_capability_probes,
+    build_drafter_model,
     e2b_checkpoint,
     free_port,
     install_t4_platform,
     kernel_placeholders,
     oracle_parser,
+    speculative_config,
     stub_cuda_extensions,
 )
 
@@ -92,11 +100,12 @@ def tensors(model: Any) -> Iterator[tuple[str, str, str, Any]]:
                 yield name, tensor_name, "attribute", value
 
 
-def tally(model: Any) -> dict[str, Any]:
-    """Bytes per part, dtype and kind, each storage once (the first name that reaches it names its part). Only meta
-    tensors count: they are what the loader would place on the GPU; vLLM's few explicit CPU tensors (the attention
-    layers' host copies of their KV scales) are reported apart."""
-    seen: set[int] = set()
+def tally(model: Any, seen: set[int] | None = None) -> dict[str, Any]:
+    """Bytes per part, dtype and kind, each storage once (the first name that reaches it names its part; storage in
+    `seen`, another model's, is skipped and `seen` grows). Only meta tensors count: they are what the loader would place
+    on the GPU; vLLM's few explicit CPU tensors (the attention layers' host copies of their KV scales) are reported
+    apart."""
+    seen = set() if seen is None else seen
     cpu_bytes = 0
     by_part: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     by_kind: dict[str, int] = defaultdict(int)
@@ -183,7 +192,8 @@ def meta_scalars() -> Iterator[None]:
         torch.Tensor.item = original  # type: ignore[method-assign]
 
 
-def weights_for(model: str, dtype: str, max_model_len: int) -> dict[str, Any]:
+def weights_for(model: str, dtype: str, max_model_len: int,
+                speculative_config: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
@@ -192,7 +202,8 @@ def weights_for(model: str, dtype: str, max_model_len: int) -> dict[str, Any]:
     from vllm.model_executor.model_loader.utils import initialize_model, process_weights_after_loading
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    args = EngineArgs(model=model, dtype=dtype, max_model_len=max_model_len, load_format="dummy")
+    args = EngineArgs(model=model, dtype=dtype, max_model_len=max_model_len, load_format="dummy",
+                      speculative_config=speculative_config)
     config = args.create_engine_config()
     capture = LogCapture()
     logging.getLogger("vllm").addHandler(capture)
@@ -207,7 +218,11 @@ def weights_for(model: str, dtype: str, max_model_len: int) -> dict[str, Any]:
             linears = quantized_linears(built)
             with meta_scalars():
                 process_weights_after_loading(built, config.model_config, torch.device("meta"))
-            processed = tally(built)
+            seen: set[int] = set()
+            processed = tally(built, seen)
+        drafter = None
+        if speculative_config is not None:
+            drafter = drafter_weights(config, built, seen)
     logging.getLogger("vllm").removeHandler(capture)
     kernels = sorted({line for line in capture.lines if "CompressedTensorsWNA16" in line or "mixed-precision" in line})
     return {
@@ -221,12 +236,34 @@ def weights_for(model: str, dtype: str, max_model_len: int) -> dict[str, Any]:
         "padded_linears": [e for e in linears if e["padded_nk"] != [e["n"], e["k"]]],
         "constructed": constructed,
         "after_process_weights": processed,
+        "drafter": drafter,
     }
+
+
+def drafter_weights(config: Any, target: Any, seen: set[int]) -> dict[str, Any]:
+    """The drafter's own bytes once built beside `target` (inside `set_current_vllm_config`), as
+    `Gemma4Speculator.load_draft_model` leaves it: built, its embeddings replaced by the target's, post-processed."""
+    import torch
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
+
+    draft, layers = build_drafter_model(config)
+    constructed = tally(draft, set(seen))
+    speculator = types.SimpleNamespace(vllm_config=config, speculative_config=config.speculative_config)
+    Gemma4Speculator._share_embeddings(speculator, draft, target)
+    with (kernel_placeholders(), set_default_torch_dtype(config.model_config.dtype), torch.device("meta"),
+          meta_scalars()):
+        process_weights_after_loading(draft, config.speculative_config.draft_model_config, torch.device("meta"))
+    return {"model_class": type(draft).__name__, "attention_layers": len(layers), "constructed": constructed,
+            "after_share_and_process": tally(draft, seen)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = oracle_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, default=16384)
+    parser.add_argument("--mtp", action="store_true", help="also Gemma 4 E2B's drafter (T4SERVE_SPECULATIVE=mtp)")
+    parser.add_argument("--num-speculative-tokens", type=int, default=2)
     args = parser.parse_args(argv)
 
     out = sys.stdout
@@ -238,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     with tempfile.TemporaryDirectory(prefix="weights-oracle-") as scratch:
-        model = args.model or e2b_checkpoint(args.e2b, scratch)
-        result = weights_for(model, args.dtype, args.max_model_len)
+        model = args.model or e2b_checkpoint(args.e2b, str(Path(scratch) / "model"))
+        speculative = speculative_config("mtp", args.num_speculative_tokens, scratch) if args.mtp else None
+        result = weights_for(model, args.dtype, args.max_model_len, speculative)
     json.dump({"vllm_version": vllm.__version__, "platform": f"stand-in {T4_NAME} {T4_CAPABILITY}", **result},
               out, indent=1)
     out.write("\n")

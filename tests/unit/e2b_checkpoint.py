@@ -402,7 +402,10 @@ def write_checkpoint(directory: str | Path, kind: str = "bf16", sparse: bool = T
     `tokenizer`, whose config names the processor's special tokens)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(config if config is not None else e2b_config(kind), indent=2))
+    # Keys sorted, as transformers saves config.json (`to_json_string`): vLLM caches rotary embeddings by their rope
+    # parameters in order (`get_rope`), so the order decides whether the drafter shares the target's.
+    (d / "config.json").write_text(json.dumps(config if config is not None else e2b_config(kind), indent=2,
+                                              sort_keys=True))
     if tokenizer or processor:
         write_tokenizer(d)
     if processor:
@@ -432,6 +435,88 @@ def write_hf_cache(hf_home: str | Path, repo_id: str, kind: str = "bf16", revisi
     (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
     (repo_dir / "refs" / "main").write_text(revision)
     return write_checkpoint(repo_dir / "snapshots" / revision, kind=kind, **kwargs)
+
+
+# google/gemma-4-E2B-it-assistant's config.json, as its Hugging Face repository publishes it (revision 2d874ef7d29f,
+# printed whole in a public log of a Hugging Face cache; the same fields appear in SGLang's and mlx ports' tests of it):
+# Gemma 4 E2B's MTP drafter, 4 decoder layers of width 256 whose attention reads the target's KV cache (all four layers
+# KV-shared: no K/V projections), a centroid-masked output head over the 262,144-token vocabulary, and projections from
+# and to the target's width (backbone_hidden_size 1536).
+ASSISTANT_REPO = "google/gemma-4-E2B-it-assistant"
+ASSISTANT_CONFIG: dict[str, Any] = {
+    "architectures": ["Gemma4AssistantForCausalLM"],
+    "audio_token_id": 258881, "backbone_hidden_size": 1536, "boa_token_id": 256000, "boi_token_id": 255999,
+    "centroid_intermediate_top_k": 32, "dtype": "bfloat16", "eoa_token_id": 258883, "eoi_token_id": 258882,
+    "image_token_id": 258880, "model_type": "gemma4_assistant", "num_centroids": 2048,
+    "text_config": {
+        "attention_bias": False, "attention_dropout": 0.0, "attention_k_eq_v": False, "bos_token_id": 2,
+        "dtype": "bfloat16", "enable_moe_block": False, "eos_token_id": 1, "final_logit_softcapping": None,
+        "global_head_dim": 512, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 256,
+        "hidden_size_per_layer_input": 0, "initializer_range": 0.02, "intermediate_size": 2048,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "max_position_embeddings": 131072, "model_type": "gemma4_text", "moe_intermediate_size": None,
+        "num_attention_heads": 4, "num_experts": None, "num_global_key_value_heads": None, "num_hidden_layers": 4,
+        "num_key_value_heads": 1, "num_kv_shared_layers": 4, "pad_token_id": 0, "rms_norm_eps": 1e-06,
+        "rope_parameters": {
+            "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+        "sliding_window": 512, "tie_word_embeddings": True, "top_k_experts": None,
+        "use_bidirectional_attention": None, "use_cache": True, "use_double_wide_mlp": False, "vocab_size": 262144,
+        "vocab_size_per_layer_input": 0,
+    },
+    "tie_word_embeddings": True,
+    "transformers_version": "5.7.0.dev0",
+    "use_ordered_embeddings": True,
+}
+
+
+def assistant_tensors() -> list[tuple[str, str, list[int]]]:
+    """(name, dtype, shape) of the assistant's model.safetensors: what transformers saves for
+    Gemma4AssistantForCausalLM built from ASSISTANT_CONFIG (its text model's layers are all KV-shared, so they hold a
+    query projection and norm but no K/V; the output head is tied to the embeddings and not saved; the centroid head's
+    token ordering is an int64 buffer). tests/oracle/checkpoint_names.py derives the same on the meta device."""
+    text = ASSISTANT_CONFIG["text_config"]
+    hidden, mlp, heads = text["hidden_size"], text["intermediate_size"], text["num_attention_heads"]
+    backbone = ASSISTANT_CONFIG["backbone_hidden_size"]
+    out: list[tuple[str, str, list[int]]] = [
+        ("masked_embedding.centroids.weight", "BF16", [ASSISTANT_CONFIG["num_centroids"], hidden]),
+        ("masked_embedding.token_ordering", "I64", [text["vocab_size"]]),
+        ("model.embed_tokens.weight", "BF16", [text["vocab_size"], hidden]),
+    ]
+    for i, layer_type in enumerate(text["layer_types"]):
+        p = f"model.layers.{i}."
+        head = text["global_head_dim"] if layer_type == "full_attention" else text["head_dim"]
+        out += [
+            (p + "input_layernorm.weight", "BF16", [hidden]),
+            (p + "layer_scalar", "BF16", [1]),
+            (p + "mlp.down_proj.weight", "BF16", [hidden, mlp]),
+            (p + "mlp.gate_proj.weight", "BF16", [mlp, hidden]),
+            (p + "mlp.up_proj.weight", "BF16", [mlp, hidden]),
+            (p + "post_attention_layernorm.weight", "BF16", [hidden]),
+            (p + "post_feedforward_layernorm.weight", "BF16", [hidden]),
+            (p + "pre_feedforward_layernorm.weight", "BF16", [hidden]),
+            (p + "self_attn.o_proj.weight", "BF16", [hidden, heads * head]),
+            (p + "self_attn.q_norm.weight", "BF16", [head]),
+            (p + "self_attn.q_proj.weight", "BF16", [heads * head, hidden]),
+        ]
+    out += [
+        ("model.norm.weight", "BF16", [hidden]),
+        ("post_projection.weight", "BF16", [backbone, hidden]),
+        ("pre_projection.weight", "BF16", [hidden, 2 * backbone]),
+    ]
+    return out
+
+
+def write_assistant_checkpoint(directory: str | Path, sparse: bool = True,
+                               config: dict[str, Any] | None = None) -> Path:
+    """Write the assistant's config.json and model.safetensors (data zeros, a hole when sparse) into `directory`."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config if config is not None else ASSISTANT_CONFIG, indent=2,
+                                              sort_keys=True))
+    write_safetensors(d / "model.safetensors", assistant_tensors(), sparse=sparse)
+    return d
 
 
 BUILTIN_PROVENANCE = {

@@ -153,3 +153,14 @@ def test_compare_with_predictions() -> None:
     [c] = compare(figures, preds)
     assert c.deviation == pytest.approx(15_974 / 300_000)
     assert "+5.3%" in format_comparison(c)
+
+
+def test_a_download_that_stops_returns_to_loading_weights_after_vllm_034s_load_line() -> None:
+    """vLLM 0.34's only model runner says "Loading model from scratch..." where 0.33's V1 runner said "Starting to
+    load model": the tracker read the first as another line, so a download seen after it fell back to "starting"."""
+    tracker = PhaseTracker(now=0.0)
+    tracker.feed(line("Loading model from scratch...", where="model_runner.py:412"), 1.0)
+    assert tracker.phase == "loading_weights"
+    assert tracker.observe_download(True, 2.0)
+    assert tracker.observe_download(False, 3.0)
+    assert tracker.phase == "loading_weights"

@@ -47,7 +47,7 @@ def test_each_line_reads_its_own_format_and_names_its_source(line: LogLine) -> N
     for name, group, _unit in line.figures:
         assert match.group(group) in ("1,234", "12.5"), (line.name, name)
     assert line.source_file.endswith(".py") and "/" in line.source_file
-    assert phases.VLLM_VERSION == "0.33.0"
+    assert phases.VLLM_VERSION == "0.34.0"
 
 
 def test_a_line_moves_the_tracker_into_the_phase_whose_row_holds_it() -> None:

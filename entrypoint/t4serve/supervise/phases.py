@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 # The vLLM whose source the format strings below were read from: the image's.
-VLLM_VERSION = "0.33.0"
+VLLM_VERSION = "0.34.0"
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
@@ -93,11 +93,10 @@ PHASES: dict[str, Phase] = {
               before_weights_loaded=True, entered_on="`*.incomplete` blobs in the HF cache"),
         Phase("loading_weights", "loading weights", 1, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET,
               before_weights_loaded=True, started_by=(
-                  LogLine("load_start", re.compile(r"Starting to load model (\S+?)\.\.\."), (),
-                          "Starting to load model %s...", "v1/worker/gpu_model_runner.py load_model"),
-                  LogLine("load_start_v2", re.compile(r"Loading model from scratch\.\.\."), (),
-                          "Loading model from scratch...", "v1/worker/gpu/model_runner.py load_model",
-                          older="0.26's V2 model runner logs it instead of \"Starting to load model\""),
+                  LogLine("load_start", re.compile(r"(?:Starting to load model \S+?|Loading model from scratch)\.\.\."),
+                          (), "Loading model from scratch...", "v1/worker/gpu/model_runner.py load_model",
+                          older="the V1 model runner of 0.33 and 0.26 (gone in 0.34) logs \"Starting to load model "
+                                "%s...\""),
                   LogLine("download_done", re.compile(rf"Time spent downloading weights for (\S+): {_NUM} seconds"),
                           (("download_seconds", 2, "s"),), "Time spent downloading weights for %s: %.6f seconds",
                           "model_executor/model_loader/weight_utils.py download_weights_from_hf"),
@@ -105,7 +104,7 @@ PHASES: dict[str, Phase] = {
         Phase("profiling", "profiling / KV allocation", 2, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET, started_by=(
             LogLine("model_loaded", re.compile(rf"Model loading took {_NUM} GiB (?:memory )?and {_NUM} seconds"),
                     (("model_memory_gib", 1, "GiB"), ("model_load_seconds", 2, "s")),
-                    "Model loading took %s GiB memory and %.6f seconds", "v1/worker/gpu_model_runner.py load_model",
+                    "Model loading took %s GiB memory and %.6f seconds", "v1/worker/gpu/model_runner.py load_model",
                     older="0.26's V2 runner: \"Model loading took N GiB and S seconds\""),
         )),
         Phase("compiling", "compiling and CUDA graph capture", 3, NOT_READY_LOADING, ALIVE_WITHIN_BUDGET, started_by=(
@@ -151,7 +150,7 @@ FIGURE_LINES: tuple[LogLine, ...] = (
             "v1/worker/gpu_worker.py determine_available_memory (a set --kv-cache-memory-bytes)"),
     LogLine("cuda_graphs", re.compile(rf"Graph capturing finished in {_NUM} secs, took {_NUM} GiB"),
             (("cuda_graph_seconds", 1, "s"), ("cuda_graph_gib", 2, "GiB")),
-            "Graph capturing finished in %.0f secs, took %.2f GiB", "v1/worker/gpu_model_runner.py capture_model"),
+            "Graph capturing finished in %.0f secs, took %.2f GiB", "v1/worker/gpu/model_runner.py capture_model"),
     LogLine("engine_ready", re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s"),
             (("init_engine_seconds", 1, "s"),), "init engine (profile, create kv cache, warmup model) took %.2f s",
             "v1/engine/core.py _initialize_kv_caches"),

@@ -4,6 +4,7 @@ with the venv's Python, in two processes (the first one's interpreter started wi
     python3 slim.py remove slim.json             # uninstall, delete, check each is gone; prints what it freed
     python3 slim.py prove slim.json RECORD.json  # import what serving imports, build the OpenAI app, write the record
     python3 slim.py imports slim.json            # the same walk without the removal checks: its record on stdout
+    python3 slim.py rewrite slim.json            # only the rewrites (an image before slimming: scripts/image-imports)
 
 `prove` imports what vLLM imports from the moment the server starts until it answers: the CLI and API server, the
 engine core and its client, the worker and GPU model runner, the sampler, every structured-output backend and the
@@ -24,6 +25,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -213,16 +215,7 @@ def remove(spec: dict[str, Any]) -> None:
         )
     for path in paths:
         freed[str(path.relative_to(SITE))] = tree_bytes(path)
-    rewrites = [(SITE / r["path"], r["old"], r["new"]) for r in spec.get("rewrites", [])]
-    for path, old, _ in rewrites:
-        found = path.read_text().count(old) if path.is_file() else 0
-        if found != 1:
-            fail(
-                f"docker/slim.json rewrites text that {path} does not hold exactly once",
-                f"{found} occurrence(s) of {old.splitlines()[0]!r}",
-                "the statement as the pinned vLLM has it, once",
-                "update the rewrite in docker/slim.json for the pinned version (or drop it with the path it serves)",
-            )
+    rewrites = checked_rewrites(spec)
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *names], check=True)
     for path in paths:
         if path.is_dir() and not path.is_symlink():
@@ -243,6 +236,30 @@ def remove(spec: dict[str, Any]) -> None:
             "none of docker/slim.json's entries installed",
             "read pip's output above",
         )
+    apply_rewrites(rewrites)
+    for what, size in sorted(freed.items(), key=lambda kv: -kv[1]):
+        print(f"  removed {size / 1e6:8.1f} MB  {what}")
+    print(
+        f"docker/slim.py: removed {len(names)} distributions and {len(paths)} paths, {sum(freed.values()) / 1e9:.2f} GB"
+    )
+
+
+def checked_rewrites(spec: dict[str, Any]) -> list[tuple[Path, str, str]]:
+    """slim.json's rewrites as (file, old, new), each old statement found exactly once; else the build fails."""
+    rewrites = [(SITE / r["path"], r["old"], r["new"]) for r in spec.get("rewrites", [])]
+    for path, old, _ in rewrites:
+        found = path.read_text().count(old) if path.is_file() else 0
+        if found != 1:
+            fail(
+                f"docker/slim.json rewrites text that {path} does not hold exactly once",
+                f"{found} occurrence(s) of {old.splitlines()[0]!r}",
+                "the statement as the pinned vLLM has it, once",
+                "update the rewrite in docker/slim.json for the pinned version (or drop it with the path it serves)",
+            )
+    return rewrites
+
+
+def apply_rewrites(rewrites: list[tuple[Path, str, str]]) -> None:
     # Imported here, not at the top: STARTUP (the modules the records leave out) must not grow with it.
     import py_compile
 
@@ -250,12 +267,7 @@ def remove(spec: dict[str, Any]) -> None:
         path.write_text(path.read_text().replace(old, replacement))
         # The runtime user cannot write __pycache__: a stale .pyc would be recompiled in memory at every start.
         py_compile.compile(str(path), doraise=True)
-        print(f"  rewrote {path.relative_to(SITE)}: {old.splitlines()[0]!r}")
-    for what, size in sorted(freed.items(), key=lambda kv: -kv[1]):
-        print(f"  removed {size / 1e6:8.1f} MB  {what}")
-    print(
-        f"docker/slim.py: removed {len(names)} distributions and {len(paths)} paths, {sum(freed.values()) / 1e9:.2f} GB"
-    )
+        print(f"  rewrote {path.relative_to(SITE)}: {old.splitlines()[0]!r}", file=sys.stderr)
 
 
 def removed_module_names(spec: dict[str, Any]) -> list[str]:
@@ -405,21 +417,35 @@ def stand_in_t4() -> None:
     for probe in CUTLASS_PROBES:
         setattr(ops, probe, lambda *args, **kwargs: False)
     # Their kernels are looked up in torch.ops when later modules import (for example torch.ops._C.rotary_embedding):
-    # with the libraries not loaded each becomes a placeholder that raises if called; importing calls none. Installed
+    # with the libraries not loaded each becomes a placeholder that raises if called; importing calls none. Only the
+    # ops the library defines (its schema strings name them) get one: vLLM asks `hasattr(torch.ops._C, op)` before
+    # registering a fake for an op some builds lack (vllm/_cpu_ops.py), and must get the answer a T4 gives. Installed
     # after vllm._custom_ops, which asks torch.ops whether an op exists before registering its fake.
     import torch._ops
 
+    defined = set().union(*(defined_ops(SITE / rel) for rel in CUDA_EXTENSIONS.values()))
     original = torch._ops._OpNamespace.__getattr__
 
     def lookup(namespace: Any, name: str) -> Any:
         try:
             return original(namespace, name)
         except AttributeError:
-            if namespace.name in OP_NAMESPACES and not name.startswith("__"):
+            if namespace.name in OP_NAMESPACES and name in defined:
                 return MissingKernel(f"torch.ops.{namespace.name}.{name}")
             raise
 
     torch._ops._OpNamespace.__getattr__ = lookup
+
+
+# An operator schema as a compiled library registers it: `rms_norm(Tensor! result, ...) -> ()`.
+_SCHEMA = re.compile(
+    rb"(?<![A-Za-z0-9_.:])([a-z_][a-z0-9_]*)\((?:Tensor|int|float|bool|str|SymInt|Scalar|ScalarType|Device|\))"
+)
+
+
+def defined_ops(library: Path) -> set[str]:
+    """The operator names a compiled extension registers, read from the schema strings in its file."""
+    return {m.decode() for m in _SCHEMA.findall(library.read_bytes())}
 
 
 class MissingKernel:
@@ -521,8 +547,11 @@ def main(argv: list[str]) -> None:
         prove(load_spec(argv[1]), Path(argv[2]))
     elif len(argv) == 2 and argv[0] == "imports":
         print(json.dumps(walk_serving_path(load_spec(argv[1])), sort_keys=True))
+    elif len(argv) == 2 and argv[0] == "rewrite":
+        apply_rewrites(checked_rewrites(load_spec(argv[1])))
     else:
-        fail("bad arguments", " ".join(argv), "remove SPEC | prove SPEC RECORD | imports SPEC", "see the docstring")
+        fail("bad arguments", " ".join(argv), "remove SPEC | prove SPEC RECORD | imports SPEC | rewrite SPEC",
+             "see the docstring")
 
 
 if __name__ == "__main__":

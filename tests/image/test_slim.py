@@ -18,8 +18,10 @@ SPEC: dict[str, Any] = json.loads((REPO / "docker" / "slim.json").read_text())
 SITE = "/opt/venv/lib/python3.13/site-packages"
 # What the proof must have imported: one module per step of serving after the engine starts.
 PROVEN = (
-    "vllm.v1.worker.gpu_model_runner",
-    "vllm.v1.sample.sampler",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.v1.worker.gpu.sample.sampler",
+    "vllm.v1.worker.gpu.spec_decode.gemma4.speculator",
+    "vllm.model_executor.models.gemma4_mtp",
     "vllm.v1.structured_output.backend_xgrammar",
     "vllm.v1.structured_output.backend_guidance",
     "xgrammar",
@@ -77,7 +79,7 @@ def test_the_build_import_proof_ran_over_the_serving_path(run_in_image: RunInIma
     out = run_in_image("/etc/t4serve/import-proof.json", entrypoint="cat")
     assert out.returncode == 0, f"no import proof in the image: {out.stderr}"
     proof = json.loads(out.stdout)
-    assert proof["vllm_version"] == "0.33.0"
+    assert proof["vllm_version"] == "0.34.0"
     assert set(PROVEN) <= set(proof["modules"])
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(proof["routes"])
     assert proof["decisions_on_t4"] == {

@@ -33,8 +33,8 @@ REDUCE_KERNEL = "reduce_segments"
 _SHARED_MEMORY_WORDS = ("shared_mem", "smem", "get_device_properties", "max_shared", "sharedmem")
 FIX_REINSTALL = "reinstall vLLM's pristine file: pip install --force-reinstall --no-deps vllm=={version}"
 FIX_DRIFT = (
-    "this vLLM's tile selection no longer has the shape the Turing clamp was written for (vLLM 0.33.0 and 0.34.0): review "
-    "vLLM's _get_tile_size and its callers, then update t4serve/patch (clamp.py, locate.py) or pin the vLLM "
+    "this vLLM's tile selection no longer has the shape the Turing clamp was written for (vLLM 0.33.0 and 0.34.0): "
+    "review vLLM's _get_tile_size and its callers, then update t4serve/patch (clamp.py, locate.py) or pin the vLLM "
     "version the clamp was proven against (docker/requirements.in)"
 )
 
@@ -130,7 +130,8 @@ def _check_not_clamped_upstream(fn: ast.FunctionDef | ast.AsyncFunctionDef, vers
                     f"vLLM {version} already limits the attention tile by shared memory in {TARGET_FUNCTION} "
                     f"(line {line}: {word!r}); stacking t4serve's clamp on it is unproven",
                     found=f"{TARGET_FUNCTION} reads the device's shared memory itself (upstream PR #39018 landed?)",
-                    required=f"vLLM's {TARGET_FUNCTION} without its own shared-memory clamp, as in vLLM 0.33.0 and 0.34.0",
+                    required=f"vLLM's {TARGET_FUNCTION} without its own shared-memory clamp, as in vLLM 0.33.0 and "
+                    "0.34.0",
                     fix="check that vLLM's own clamp gives tile 16 for head 512 at 65,536 B (sm_75), then drop "
                     "`t4serve patch apply` from docker/Dockerfile for this vLLM version",
                 )

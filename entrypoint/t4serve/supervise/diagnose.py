@@ -38,8 +38,8 @@ class _Rule:
     fix: str
 
 
-# Top-level modules the image leaves out (docker/slim.json's distributions; a unit test keeps the two equal). A vLLM
-# path that imports one was reached by a setting or flag a T4 serve does not need.
+# Top-level modules the image leaves out (docker/slim.json's distributions and excluded_from_lock; a unit test keeps
+# them equal). A vLLM path that imports one was reached by a setting or flag a T4 serve does not need.
 REMOVED_FROM_IMAGE = (
     "PyNvVideoCodec", "b12x", "cudnn", "cutile_cache", "cutlass", "fastsafetensors", "flashinfer", "humming",
     "instanttensor", "llvmlite", "nccl", "numba", "nvidia_cutlass_dsl", "quack", "tilelang", "tokenspeed_mla",
@@ -53,7 +53,7 @@ _RULES: tuple[_Rule, ...] = (
         "vLLM imported a package the t4serve image leaves out (docker/slim.json): a setting or flag took a path a "
         "Gemma 4 serve on a T4 does not need",
         "remove what asked for it: VLLM_USE_FLASHINFER_SAMPLER=1 or VLLM_USE_DEEP_GEMM=1 in the environment, or a "
-        "flag in T4SERVE_VLLM_ARGS (t4serve refuses the load formats and the CPU n-gram method it knows of); "
+        "flag in T4SERVE_VLLM_ARGS (t4serve refuses the load formats it knows of); "
         "docs/image.md lists what the image leaves out and why",
     ),
     _Rule(

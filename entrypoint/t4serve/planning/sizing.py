@@ -461,7 +461,10 @@ def _kv_cache_memory_bytes(shape: _Shape, lay: kvcache.KVLayout, pool: int, pool
             "T4SERVE_KV_CACHE_MEMORY_BYTES=profile: vLLM measures the KV pool at start, so the KV figures here are "
             "predictions to compare with its log; on a card of a T4's size the measuring run can reach the card's "
             "limit and come out too large (vLLM 0.33.0 on the GPU host at 15 GiB: a 3.20 GiB pool against this "
-            "plan's 2.81, 8 MB of the card left free; with memory to spare it measured 2.91 to 2.95 GiB)"
+            "plan's 2.81, 8 MB of the card left free; with memory to spare it measured 2.91 to 2.95 GiB). vLLM 0.34 "
+            "turns its extensible KV cache on here (no --kv-cache-memory-bytes): it sizes the pool from the memory "
+            "left within T4SERVE_GPU_MEMORY_UTILIZATION after CUDA graph capture, not from the profile run (not yet "
+            "run on a GPU)"
         )
         measured = "; a prediction only: vLLM profiles and sizes the pool itself"
         return None, pool, Derived(pool, "B", pool_d.how + measured)

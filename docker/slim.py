@@ -91,7 +91,7 @@ SERVING_MODULES: dict[str, list[str]] = {
         "vllm.v1.sample.ops.topk_topp_triton",
         "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
     ],
-    # t4serve's --speculative: Gemma 4's own drafter (mtp) and the GPU n-gram proposer (ngram).
+    # Gemma 4's own drafter (vLLM's method mtp with its assistant checkpoint) and the GPU n-gram proposer.
     "speculative decoding": [
         "vllm.v1.worker.gpu.spec_decode.speculator",
         "vllm.v1.worker.gpu.spec_decode.gemma4.speculator",

@@ -214,9 +214,10 @@ def test_vllm_034s_default_block_size_is_64_and_kvcache_sizes_it(docker_bin: str
 
 
 def test_mtp_drafter_shares_the_targets_cache(docker_bin: str, image_ref: str) -> None:
-    """T4SERVE_SPECULATIVE=mtp (Gemma 4 E2B's assistant, 2 speculative tokens) on the QAT checkpoint: vLLM's Gemma 4
-    speculator points each of the drafter's 4 layers at the target's last owning layer of its type (13 sliding, 14
-    full), so the drafter owns no KV cache and vLLM plans exactly the target's figures, at every length."""
+    """Gemma 4 E2B's MTP drafter (its assistant checkpoint, 2 speculative tokens as vLLM's recipe gives them) on the
+    QAT checkpoint: vLLM's Gemma 4 speculator points each of the drafter's 4 layers at the target's last owning layer
+    of its type (13 sliding, 14 full), so the drafter owns no KV cache and vLLM plans exactly the target's figures, at
+    every length."""
     lengths = (4096, 16384, 131072)
     runs = run_oracle(docker_bin, image_ref, "qat", lengths, [PUBLISHED_POOL], "--speculative", "mtp")
     for length in lengths:

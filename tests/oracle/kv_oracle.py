@@ -446,7 +446,8 @@ def e2b_assistant_checkpoint(directory: str) -> str:
 
 
 def speculative_config(kind: str, tokens: int, scratch: str) -> dict[str, Any] | None:
-    """`--speculative-config` as t4serve's plan passes it for T4SERVE_SPECULATIVE (off, mtp, ngram)."""
+    """The `--speculative-config` asked for: none, Gemma 4 E2B's MTP drafter (its assistant checkpoint, as vLLM's
+    recipe serves it), or vLLM's ngram_gpu."""
     if kind == "off":
         return None
     if kind == "ngram":

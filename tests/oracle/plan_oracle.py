@@ -6,8 +6,8 @@ For each case (a checkpoint directory, a known GPU, t4serve settings) this runs,
 2. vLLM on that argv: vLLM's own `vllm serve` parser reads the plan's argv, `EngineArgs.create_engine_config` builds
    the engine config for `vllm serve` (it refuses what vLLM refuses: max_num_seqs above the batched tokens, a length
    above the model's, too few batched tokens without chunked prefill), the real model classes are built on the meta
-   device (with the drafter T4SERVE_SPECULATIVE=mtp adds, wired to the target's KV cache as vLLM's Gemma 4
-   speculator wires it), the GPU model runner's `get_kv_cache_spec` gives the per-layer specs, and the planner
+   device (with a Gemma 4 drafter the argv names, wired to the target's KV cache as vLLM's Gemma 4 speculator wires
+   it), the GPU model runner's `get_kv_cache_spec` gives the per-layer specs, and the planner
    (`get_kv_cache_configs`, `update_kv_cache_capacity`) turns the plan's `--kv-cache-memory-bytes` and other pools
    into blocks, tokens and concurrency, or refuses naming the largest length that fits;
 3. t4serve's own KV figures for the other pools (`t4serve.planning.kvcache`, from the plan's inputs);

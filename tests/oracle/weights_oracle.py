@@ -262,7 +262,7 @@ def drafter_weights(config: Any, target: Any, seen: set[int]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = oracle_parser(__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, default=16384)
-    parser.add_argument("--mtp", action="store_true", help="also Gemma 4 E2B's drafter (T4SERVE_SPECULATIVE=mtp)")
+    parser.add_argument("--mtp", action="store_true", help="also Gemma 4 E2B's MTP drafter")
     parser.add_argument("--num-speculative-tokens", type=int, default=2)
     args = parser.parse_args(argv)
 

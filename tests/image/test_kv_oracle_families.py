@@ -1,4 +1,4 @@
-"""t4serve's plan against vLLM 0.33's own planner for eight model families on the GPUs of the known table, with the
+"""t4serve's plan against vLLM 0.34's own planner for eight model families on the GPUs of the known table, with the
 flags that move KV accounting: tests/oracle/plan_oracle.py runs, in the image, t4serve's plan for each case and then
 vLLM on that plan's argv (its parser, engine config, real model classes on the meta device, planner). Every figure
 must be equal, or both must refuse, with the same largest length where the refusal is the pool's.
@@ -65,12 +65,10 @@ def cases() -> list[dict[str, Any]]:
     case("qwen3", "t4", "block64", T4SERVE_VLLM_ARGS="--block-size 64")
     case("e2b", "t4", "chunked-off-auto-length", T4SERVE_MAX_NUM_BATCHED_TOKENS="2048",
          T4SERVE_VLLM_ARGS="--no-enable-chunked-prefill")
-    # The backend is vLLM's choice (Triton below 8.0 and for Gemma 4 below 9.0, FlashAttention above): the figures
-    # must not depend on it. Each backend vLLM accepts for the model, named.
-    case("e2b", "h100", "triton", T4SERVE_VLLM_ARGS="--attention-backend TRITON_ATTN")
-    case("qwen3", "a100", "triton", T4SERVE_VLLM_ARGS="--attention-backend TRITON_ATTN")
-    case("qwen3", "h100", "flex", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
-    case("gemma3", "a100", "flex", T4SERVE_VLLM_ARGS="--attention-backend FLEX_ATTENTION")
+    # The backend is vLLM's choice (Triton below 8.0 and for Gemma 4 below 9.0, FlashAttention above) unless
+    # T4SERVE_ATTENTION names Triton: the figures must not depend on it.
+    case("e2b", "h100", "triton", T4SERVE_ATTENTION="triton")
+    case("qwen3", "a100", "triton", T4SERVE_ATTENTION="triton")
     case("e2b", "l4", "default")
     case("mistral", "l4", "default")
     case("e2b", "h200", "ngram-gpu", T4SERVE_VLLM_ARGS="--spec-method ngram_gpu --spec-tokens 3")

@@ -92,8 +92,13 @@ def test_settings_refuse_them_naming_the_variable_and_the_fix() -> None:
     text = str(exc.value)
     assert "T4SERVE_VLLM_ARGS" in text and "--disable-sliding-window" in text
     assert exc.value.fix is not None and "remove --disable-sliding-window" in exc.value.fix
-    # The n-gram method on the CPU keeps its own refusal (numba), which comes first.
-    with pytest.raises(ConfigError, match="numba"):
+    # vLLM 0.34 refuses it beside the --kv-cache-memory-bytes t4serve passes; its off switches change nothing there.
+    with pytest.raises(ConfigError, match="T4SERVE_KV_CACHE_MEMORY_BYTES=profile"):
+        settings(T4SERVE_VLLM_ARGS="--enable-extensible-kv-cache")
+    for off in ("--no-enable-extensible-kv-cache", "--disable-extensible-kv-cache"):
+        assert settings(T4SERVE_VLLM_ARGS=off).vllm_args == (off,)
+    # Method ngram (on the GPU in vLLM 0.34) is not among those sized.
+    with pytest.raises(ConfigError, match="speculative method ngram"):
         settings(T4SERVE_VLLM_ARGS="--speculative-config '{\"method\": \"ngram\"}'")
     with pytest.raises(ConfigError, match="not a JSON object") as exc:
         settings(T4SERVE_VLLM_ARGS='--speculative-config {"method":"ngram_gpu"}')  # the shell ate the quotes

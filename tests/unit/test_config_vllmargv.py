@@ -81,7 +81,7 @@ def test_dotted_keys_are_merged_into_one_json_value_after_everything_else() -> N
     (("--max-logprobs", "-x"), "another flag follows it"),
     (("--attention", "X"), "could be --attention-backend, --attention-config"),
     (("-d", "1"), "ambiguous"),
-    (("--nope",), "is not a flag of vLLM 0.33.0's `vllm serve`"),
+    (("--nope",), "is not a flag of vLLM 0.34.0's `vllm serve`"),
     (("--Enforce-Eager",), "vLLM's flags are lower case: --enforce-eager"),
     (("-tp2",), "is not a flag"),  # a three-character option takes no glued value
     (("--enforce-eager=yes",), "a value with `=`"),

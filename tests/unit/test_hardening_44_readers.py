@@ -47,7 +47,7 @@ def test_the_attention_backend_is_t4serves_in_every_spelling(tmp_path: Path, arg
     ("--hf-overrides.text_config.x", "needs a value"),  # vLLM itself dies of an IndexError here
     ("--seed 1 2", "a value stands with no flag before it"),
     ("--max-num 4", "ambiguous"),
-    ("--frobnicate", "is not a flag of vLLM 0.33.0"),
+    ("--frobnicate", "is not a flag of vLLM 0.34.0"),
     ("--enforce-eager=1", "a value with `=`"),
     ("-- --enforce-eager", "ends vLLM's options"),
 ])  # fmt: skip
@@ -63,7 +63,7 @@ def test_what_vllms_parser_refuses_is_refused_before_it_starts(tmp_path: Path, a
     ("--max-model-l=4096", "T4SERVE_MAX_MODEL_LEN"),
     ("-t 2", "one GPU"),  # -tp to argparse
     ("--tensor_p 2", "one GPU"),
-    ("-sc.method=ngram", "numba"),
+    ("-sc.method=ngram", "speculative method ngram"),
     ("--help", "print its help and exit"),
     ("--hf_overr.text_config.num_hidden_layers 2", "edited config.json"),
 ])  # fmt: skip

@@ -1,13 +1,13 @@
 """The `vllm serve` flags in T4SERVE_VLLM_ARGS that move vLLM's KV cache accounting: each is modelled or refused.
 
 Modelled (t4serve.planning.sizing and t4serve.planning.plan compute with them, and tests/oracle/kv_oracle.py checks the
-figures against vLLM 0.33's own planner): `--async-scheduling` / `--no-async-scheduling` (tokens in flight per sliding
+figures against vLLM 0.34's own planner): `--async-scheduling` / `--no-async-scheduling` (tokens in flight per sliding
 window), `--block-size` 16, 32 or 64, `--disable-hybrid-kv-cache-manager` / `--enable-hybrid-kv-cache-manager`,
 `--enable-chunked-prefill` / `--no-enable-chunked-prefill` (alias `--disable-chunked-prefill`), and speculative
 decoding with method `ngram_gpu` (no draft model: the KV layout is the target's alone).
 Refused, each with why and what owns it instead (`REFUSED_KV_FLAGS`, `refused_kv_flag`): every other speculative
 method (a draft model adds KV layers, some switch async scheduling off), `--disable-sliding-window`, context
-parallelism, KV connectors and offloading, and `--attention-config`.
+parallelism, KV connectors and offloading, `--attention-config`, and vLLM 0.34's `--enable-extensible-kv-cache`.
 
 The arguments are read as vLLM's parser reads them (t4serve.config.vllmargv: `--flag=value`, underscores, unambiguous
 abbreviations, short aliases, dotted keys merged into one JSON value, the last of a flag winning), so each flag is
@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from t4serve import untrusted
 from t4serve.config.vllmargv import Occurrence, flag_table, read_vllm_args
 
-# The block sizes t4serve models: every attention backend vLLM 0.33 picks on the GPUs t4serve plans for runs them
+# The block sizes t4serve models: every attention backend vLLM 0.34 picks on the GPUs t4serve plans for runs them
 # unsplit (Triton and FlashAttention take multiples of 16, FlashInfer exactly 16, 32 or 64), so sliding-window layers,
 # which choose their own kernel block (`_largest_kernel_block_within`), take the same size.
 MODELLED_BLOCK_SIZES = (16, 32, 64)
-# The block size the plan passes when T4SERVE_VLLM_ARGS names none: vLLM's CacheConfig.DEFAULT_BLOCK_SIZE, pinned so
-# the KV figures do not hang on which backend vLLM picks (FlashAttention 4 would pick 128 for 256-wide heads on
-# capability 10.x).
+# The block size the plan passes when T4SERVE_VLLM_ARGS names none, so the KV figures do not hang on vLLM's default
+# (64 in vLLM 0.34, `CacheConfig.DEFAULT_BLOCK_SIZE`; 16 before) or on which backend it picks (FlashAttention 4 would
+# pick 128 for 256-wide heads on capability 10.x). 16 holds more tokens than 64 for Gemma 4 E2B at every length
+# (docs/sizing.md has the figures).
 PLAN_BLOCK_SIZE = 16
 # The speculative method whose KV accounting is the target model's own (checked against vLLM's planner).
 MODELLED_SPECULATIVE_METHOD = "ngram_gpu"
@@ -58,6 +59,15 @@ REFUSED_KV_FLAGS: dict[str, str] = {
     "--attention-config": "it can set the backend per layer kind, the FlashAttention version and sparse attention, "
     "which move the KV layout; set T4SERVE_ATTENTION instead",
 }
+# vLLM 0.34's extensible KV cache (reserve the address range, size the cache from the memory left after CUDA graph
+# capture): refused when switched on; its off switches (`--no-enable-`, `--disable-extensible-kv-cache`) change nothing
+# beside the pool t4serve passes.
+EXTENSIBLE_KV_CACHE = "--enable-extensible-kv-cache"
+EXTENSIBLE_WHY = (
+    "it sizes the KV cache from memory measured after CUDA graph capture, where t4serve passes the pool it sized "
+    "(--kv-cache-memory-bytes, with which vLLM 0.34 refuses it); with T4SERVE_KV_CACHE_MEMORY_BYTES=profile vLLM turns "
+    "it on by itself"
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +151,8 @@ def _refused_method(method: str) -> str:
     return (
         f"must not use speculative method {method}: t4serve sizes speculative decoding only with method "
         f"{MODELLED_SPECULATIVE_METHOD} (no draft model, so the KV cache is the target's alone; checked against "
-        f"vLLM's planner); {method} adds a draft model's KV cache layers or switches async scheduling off, which "
-        "t4serve's KV sizing does not model"
+        f"vLLM's planner); {method} is not checked there (a draft model adds its weights and can add KV cache "
+        "layers, some methods switch async scheduling off)"
     )
 
 
@@ -152,6 +162,8 @@ def refused_kv_flag(occurrence: Occurrence) -> str | None:
     for flag, reason in REFUSED_KV_FLAGS.items():
         if _is(occurrence, flag):
             return f"must not contain {written}: {reason}"
+    if _is(occurrence, EXTENSIBLE_KV_CACHE) and occurrence.switched_on:
+        return f"must not contain {written}: {EXTENSIBLE_WHY}"
     if occurrence.missing is not None:
         return None  # no value to judge: vLLM's parser refuses it (t4serve.config.vllmflags.unread_argument)
     if _is(occurrence, BLOCK_SIZE_FLAG):
@@ -163,7 +175,7 @@ def refused_kv_flag(occurrence: Occurrence) -> str | None:
         if size not in MODELLED_BLOCK_SIZES:
             return (
                 f"must not contain {written} {size}: t4serve sizes the KV cache for block sizes {sizes}, which every "
-                "attention backend vLLM 0.33 picks on these GPUs runs unsplit (sliding-window layers then take the "
+                "attention backend vLLM 0.34 picks on these GPUs runs unsplit (sliding-window layers then take the "
                 "same block)"
             )
         return None

@@ -84,6 +84,8 @@ SUPERVISION_FLAGS: dict[str, str] = {
     "checkpoint folder and set T4SERVE_MODEL to it",
     "--tokenizer": "t4serve sized and checks (the canary) the checkpoint T4SERVE_MODEL names with its own tokenizer; "
     "put the tokenizer files in a checkpoint folder and set T4SERVE_MODEL to it",
+    "--checkpoint-prepare-on-startup": "vLLM then serves nothing until a /checkpoint/restore, so the canary and the "
+    "healthcheck never see it ready; start the server without it",
 }
 
 # Values of these flags that make the plan's sizing meaningless (a dummy load has no weights to size).
@@ -99,36 +101,6 @@ REFUSED_FLAG_VALUES: dict[str, dict[str, str]] = {
 }
 
 
-# vLLM's CPU n-gram proposer (vllm/v1/spec_decode/ngram_proposer.py) imports numba, which the image leaves out
-# (docker/slim.json): without this check the server would load for minutes and then die of an ImportError. The method
-# may be named as `method` or, in vLLM's older form, as `model`; `ngram_gpu` proposes on the GPU without numba.
-SPECULATIVE_FLAG = "--speculative-config"
-NUMBA_SPECULATIVE_METHODS = ("ngram", "[ngram]")
-NUMBA_SPECULATIVE_WHY = (
-    "must not use n-gram speculative decoding on the CPU (--speculative-config method ngram): its proposer needs "
-    "numba, which the image leaves out (docker/slim.json); vLLM's method ngram_gpu does the same lookup on the GPU "
-    "without it (not measured on a T4)"
-)
-
-
-def _refused_speculative(value: str) -> str | None:
-    """Why a --speculative-config value (JSON, merged from dotted keys as vLLM merges them) is refused, or None. A value
-    that is not JSON is left to vLLM's own parser, which names it."""
-    try:
-        config = untrusted.loads_json(value, "--speculative-config")
-    except untrusted.Untrusted:
-        return None
-    if not isinstance(config, dict):
-        return None
-    method = config.get("method")
-    named = method if method is not None else config.get("model")
-    return NUMBA_SPECULATIVE_WHY if isinstance(named, str) and _numba_method(named) else None
-
-
-def _numba_method(value: str) -> bool:
-    return value.strip().lower() in NUMBA_SPECULATIVE_METHODS
-
-
 def _is(occurrence: Occurrence, flag: str) -> bool:
     """`occurrence` is the flag a policy table names, however it was written."""
     return occurrence.action is flag_table().action(flag)
@@ -139,8 +111,6 @@ def refused_value(occurrence: Occurrence) -> str | None:
     value = occurrence.value
     if value is None:
         return None
-    if _is(occurrence, SPECULATIVE_FLAG):
-        return _refused_speculative(value)
     word = value.strip().lower()
     for flag, refused in REFUSED_FLAG_VALUES.items():
         if _is(occurrence, flag) and word in refused:
@@ -257,7 +227,8 @@ def flag_refusal(occurrence: Occurrence) -> Refusal | None:
             return Refusal(f"must not contain {shown}: {why}", occurrence.written, variable)
     for table in (FIXED_FLAGS, SUPERVISION_FLAGS):
         for flag, why in table.items():
-            if _is(occurrence, flag):
+            # A switch's off form (`--no-checkpoint-prepare-on-startup`) is vLLM's default: it passes.
+            if _is(occurrence, flag) and (occurrence.action.nargs != 0 or occurrence.switched_on):
                 return Refusal(f"must not contain {shown}: {why}", occurrence.written)
     value_why = refused_value(occurrence)
     return None if value_why is None else Refusal(value_why, occurrence.written)

@@ -69,3 +69,23 @@ def test_the_plugin_installs_the_path_and_its_launches_compute_attention(run_in_
         if launch.block_m is not None:
             assert {x["BLOCK_M"] for x in case["launches"]} == {launch.block_m}, case
         assert case["max_abs_error"] < 5e-3, case
+
+
+def test_the_images_kernel_is_the_one_the_gpu_host_timed(run_in_image: RunInImage) -> None:
+    # docs/verified/turing-attention/gpu-host/ timed vLLM 0.33.0's kernel; the figures hold for the image's vLLM only
+    # while its kernel source is the same text.
+    recorded = json.loads((REPO / "docs/verified/turing-attention/gpu-host/kernel-source.json").read_text())["sha256"]
+    script = (
+        "import ast, hashlib, json, vllm.v1.attention.ops as ops, pathlib\n"
+        "d = pathlib.Path(ops.__file__).parent\n"
+        "src = (d / 'triton_unified_attention.py').read_text()\n"
+        "out = {n.name: hashlib.sha256(ast.get_source_segment(src, n).encode()).hexdigest()\n"
+        "       for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)\n"
+        "       and n.name in ('kernel_unified_attention', 'reduce_segments')}\n"
+        "out['triton_attention_helpers.py'] = hashlib.sha256((d / 'triton_attention_helpers.py').read_bytes())"
+        ".hexdigest()\n"
+        "print(json.dumps(out))\n"
+    )
+    done = run_in_image("-c", script, entrypoint="python", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == recorded

@@ -49,8 +49,9 @@ def quantized_caches(mode: Any, num_blocks: int, head: int) -> tuple[Any, Any, A
     data = head // 2 if mode == KVQuantMode.INT4_PER_TOKEN_HEAD else head
     dtype = torch.int8 if mode == KVQuantMode.INT8_PER_TOKEN_HEAD else torch.uint8
     kv = torch.zeros((num_blocks, w.NUM_KV_HEADS, BLOCK, 2 * (data + 4)), dtype=dtype)
+    # The attributes vLLM's methods below read on the impl; `_set_kv_ptr_range` (vLLM 0.34) is ROCm's, False on CUDA.
     impl = types.SimpleNamespace(_k_scale_cache=None, _v_scale_cache=None, _kv_quant_mode=mode,
-                                 fp8_dtype=torch.float8_e4m3fn)
+                                 fp8_dtype=torch.float8_e4m3fn, _set_kv_ptr_range=False)
     impl._ensure_scale_caches = types.MethodType(TritonAttentionImpl._ensure_scale_caches, impl)
     key, value = TritonAttentionImpl._pth_key_value_caches(impl, kv)
     return key, value, impl._k_scale_cache, impl._v_scale_cache

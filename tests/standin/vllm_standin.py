@@ -285,7 +285,7 @@ DEFAULT_BLOCK_SIZE = 16
 
 
 def cache_config_info(opts: Options, figures: Figures) -> dict[str, str]:
-    """The labels of vllm:cache_config_info, as vLLM 0.33's API server sets them once the engine is up: every field of
+    """The labels of vllm:cache_config_info, as vLLM 0.34's API server sets them once the engine is up: every field of
     its CacheConfig (vllm/config/cache.py, in their order, `metrics_info()`: `{key: str(value) for key, value in
     self.__dict__.items()}`) and `engine` (vllm/v1/metrics/loggers.py, `log_metrics_info`), with the values the engine's
     ready response syncs back (vllm/v1/engine/core_client.py, `_apply_ready_response`: block_size, num_gpu_blocks,
@@ -307,8 +307,11 @@ def cache_config_info(opts: Options, figures: Figures) -> dict[str, str]:
         "simple_cpu_offload_num_blocks": None, "effective_attention_block_size": block,
         "kv_cache_size_tokens": figures.kv_tokens, "kv_cache_max_concurrency": figures.kv_tokens / opts.max_model_len,
         "hash_block_size": None, "cache_hit_alignment_tokens": None, "kv_sharing_fast_prefill": False,
-        "swa_bounded_replay": True, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes, "kv_offloading_size": None,
-        "kv_offloading_backend": "native", "_block_size_resolved": True,
+        "swa_bounded_replay": True, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
+        # vLLM 0.34: the extensible KV cache is on by default on CUDA and off where the pool is given (EngineArgs
+        # resolves it once: `_extensible_kv_cache_resolved`).
+        "enable_extensible_kv_cache": opts.kv_cache_memory_bytes is None, "kv_offloading_size": None,
+        "kv_offloading_backend": "native", "_block_size_resolved": True, "_extensible_kv_cache_resolved": True,
     }  # fmt: skip
     return {**{key: str(value) for key, value in fields.items()}, "engine": "0"}
 

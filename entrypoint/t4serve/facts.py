@@ -228,6 +228,8 @@ class Facts:
         default_factory=dict)
     # The image's proof of its Turing attention launches (None where not probed: a record made before it existed).
     turing_attention: TuringAttentionProof | None = None
+    # The drafter T4SERVE_SPECULATIVE=mtp drafts with (t4serve.probes.drafter), probed in its role; None without one.
+    drafter: ModelFacts | None = None
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=False) + "\n"

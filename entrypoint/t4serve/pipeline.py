@@ -60,25 +60,34 @@ def probe_settings_model(settings: Settings) -> ModelFacts:
 
 
 def gather_facts(settings: Settings, environ: Mapping[str, str]) -> Facts:
-    """Probe this machine (GPU, host, disks, build manifest) and the checkpoint the settings name."""
+    """Probe this machine (GPU, host, disks, build manifest), the checkpoint the settings name and its drafter."""
     from t4serve.probes import collect_facts
+    from t4serve.probes.drafter import probe_drafter
 
     model = probe_settings_model(settings)
-    return collect_facts(
+    facts = collect_facts(
         environ=environ,
         disk_paths=write_paths(settings, environ),
         ports=listen_ports(settings),
         manifest_path=settings.manifest,
         model=model,
     )
+    return dataclasses.replace(facts, drafter=probe_drafter(settings, model))
 
 
 def ensure_model(settings: Settings, facts: Facts) -> Facts:
-    """Facts whose model is the one the settings ask for: a recorded machine keeps its own model facts when they
-    match, and gets the requested checkpoint probed (local files, or built-in facts for the aliases) when not."""
-    if facts.model is not None and facts.model.requested == settings.model.target:
-        return facts
-    return dataclasses.replace(facts, model=probe_settings_model(settings))
+    """Facts whose model and drafter are the ones the settings ask for: a recorded machine keeps its own facts of
+    each when they match, and gets the requested checkpoint probed (local files, or built-in facts for the aliases and
+    E2B's drafter) when not."""
+    from t4serve.probes.drafter import choose_drafter, probe_drafter
+
+    if facts.model is None or facts.model.requested != settings.model.target:
+        facts = dataclasses.replace(facts, model=probe_settings_model(settings))
+    wanted = choose_drafter(settings, facts.model).target if settings.speculative == "mtp" else None
+    have = facts.drafter.requested if facts.drafter is not None else None
+    if wanted != have:
+        facts = dataclasses.replace(facts, drafter=probe_drafter(settings, facts.model))
+    return facts
 
 
 def load_facts(path: str | Path) -> Facts:
@@ -112,20 +121,23 @@ def load_facts(path: str | Path) -> Facts:
             required=required,
             fix="record it again with `t4serve probe --json > facts.json`",
         ) from None
-    model = facts.model
-    if model is not None:
-        from t4serve.probes.checkpoint import read_recorded
+    from t4serve.probes.checkpoint import read_recorded
 
+    for role, recorded in (("model", facts.model), ("drafter", facts.drafter)):
+        if recorded is None:
+            continue
         try:
-            facts = dataclasses.replace(facts, model=read_recorded(model))
+            checked = read_recorded(recorded)
         except Untrusted as exc:
             raise ConfigError(
-                f"{printable(str(file))}: the model it records cannot be planned",
-                found=f"{shown(model.requested, 120)}: {exc.reason}",
+                f"{printable(str(file))}: the {role} it records cannot be planned",
+                found=f"{shown(recorded.requested, 120)}: {exc.reason}",
                 required="a model config that passes the checks a checkpoint's config.json passes (the probe "
                 "records one)",
                 fix="record it again with `t4serve probe --json > facts.json`, or fix the field named",
             ) from None
+        facts = (dataclasses.replace(facts, model=checked) if role == "model"
+                 else dataclasses.replace(facts, drafter=checked))
     return facts
 
 

@@ -120,6 +120,7 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
     from t4serve.pipeline import with_known_gpu
     from t4serve.planning.plan import plan
     from t4serve.probes.checkpoint import probe_model
+    from t4serve.probes.drafter import probe_drafter
 
     env = {"HF_HOME": tempfile.gettempdir(), "T4SERVE_MODEL": case["model"], **case.get("env", {})}
     try:
@@ -128,7 +129,9 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
         return {"settings_error": exc.message()}, None
     if case["model"] not in models:
         models[case["model"]] = probe_model(settings.model.target, hf_home=settings.hf_home, offline=True)
-    facts = dataclasses.replace(with_known_gpu(base, case["gpu"]), model=models[case["model"]],
+    # The drafter T4SERVE_SPECULATIVE=mtp names, probed as `serve` probes it (t4serve.probes.drafter).
+    drafter = probe_drafter(dataclasses.replace(settings, hf_hub_offline=True), models[case["model"]])
+    facts = dataclasses.replace(with_known_gpu(base, case["gpu"]), model=models[case["model"]], drafter=drafter,
                                 vllm_env=case.get("vllm_env", {}))
     the_plan = plan(settings, facts)
     sizing = the_plan.sizing
@@ -137,6 +140,7 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
         "dtype": the_plan.dtype,
         "sizing_error": the_plan.sizing_error,
         "config_read_by": facts.model.config.get("config_read_by"),
+        "speculative": the_plan.speculative,
     }
     if sizing is not None:
         out.update(
@@ -147,6 +151,7 @@ def t4serve_case(case: dict[str, Any], models: dict[str, Any], base: Any) -> tup
             kv_tokens=int(sizing.kv_tokens.value),
             concurrency=float(sizing.concurrency.value),
             block_size=sizing.block_size,
+            gpu_weights_bytes=int(sizing.gpu_weights_bytes.value),
         )
     return out, (settings, facts, the_plan)
 

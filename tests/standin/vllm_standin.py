@@ -42,9 +42,14 @@ Behaviour, from the environment:
     T4SERVE_STANDIN_MODEL_GIB, T4SERVE_STANDIN_MODEL_LOAD_S, T4SERVE_STANDIN_WEIGHTS_LOAD_S, T4SERVE_STANDIN_KV_TOKENS
                                      the figures logged (defaults: published-t4-run.md's bf16; QAT for a "qat" model)
     T4SERVE_STANDIN_NUM_GPU_BLOCKS   vllm:cache_config_info's num_gpu_blocks   (the KV tokens / the block size)
+    T4SERVE_STANDIN_DRAFTS           with --speculative-config: on (each token counts num_speculative_tokens
+                                     drafted, one accepted: vLLM verifies drafts from the step after the prompt's,
+                                     the step that also ends a one-token answer) | off (a drafter that never runs:
+                                     the counters stay 0)   (on)
 /metrics serves vLLM's names and types for the queue, the running requests, KV use, tokens, requests, preemptions,
 three request histograms and vllm:cache_config_info (the KV cache's configuration in its labels, block_size from
---block-size), in Prometheus' text format.
+--block-size), and with --speculative-config vLLM's speculative decoding counters (drafts, draft tokens, accepted
+tokens), in Prometheus' text format.
 Prompt and completion tokens are counted as Hugging Face's Whitespace pre-tokenizer splits text (`\\w+|[^\\w\\s]+`),
 which equals the true count for the word-level tokenizer the bench test builds.
 """
@@ -122,6 +127,8 @@ class Options:
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
     enable_prefix_caching: bool = True
+    # --speculative-config's num_speculative_tokens; 0 without speculative decoding.
+    num_speculative_tokens: int = 0
     non_default: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -255,6 +262,13 @@ def parse_serve_args(argv: list[str]) -> Options:
     memory = values.get("kv-cache-memory-bytes", [None])[-1]
     opts.kv_cache_memory_bytes = int(memory) if memory is not None else None
     opts.enable_prefix_caching = "no-enable-prefix-caching" not in values
+    speculative = values.get("speculative-config", [None])[-1]
+    if speculative is not None:
+        try:
+            opts.num_speculative_tokens = int(json.loads(speculative)["num_speculative_tokens"])
+        except (ValueError, KeyError, TypeError):
+            fail(f"--speculative-config {speculative!r} is not the JSON vLLM reads",
+                 "pass '{\"method\": \"mtp\", \"model\": ..., \"num_speculative_tokens\": 2}'")
     opts.non_default = {k: v[-1] for k, v in values.items()}
     return opts
 
@@ -345,6 +359,11 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.request_success_total = 0
+        # vLLM's speculative decoding counters (vllm/v1/spec_decode/metrics.py), served only with --speculative-config.
+        self.drafts_total = 0
+        self.draft_tokens_total = 0
+        self.accepted_tokens_total = 0
+        self.drafting = opts.num_speculative_tokens > 0 and os.environ.get("T4SERVE_STANDIN_DRAFTS", "on") != "off"
         # vLLM's per-request histograms, as (sum of seconds, count): queue (arrival to a slot), prefill, decode. The
         # stand-in never preempts and has no engine steps, so it serves no iteration_tokens_total (vLLM does).
         self.histograms: dict[str, list[float]] = {
@@ -407,6 +426,10 @@ class Engine:
                     self.abort.wait(self.token_delay)
                 with self.lock:
                     self.generation_tokens_total += 1
+                    if self.drafting:
+                        self.drafts_total += 1
+                        self.draft_tokens_total += self.opts.num_speculative_tokens
+                        self.accepted_tokens_total += 1
                 yield text, (reason if i == len(texts) - 1 else None)
             with self.lock:
                 self.request_success_total += 1
@@ -589,6 +612,12 @@ class Handler(BaseHTTPRequestHandler):
                 "# TYPE vllm:cache_config_info gauge",
                 f"vllm:cache_config_info{{{label_text(engine.cache_info)}}} 1.0",
             ]
+            if engine.opts.num_speculative_tokens:
+                counters = (("num_drafts", engine.drafts_total), ("num_draft_tokens", engine.draft_tokens_total),
+                            ("num_accepted_tokens", engine.accepted_tokens_total))
+                for name, value in counters:
+                    lines += [f"# TYPE vllm:spec_decode_{name} counter",
+                              f"vllm:spec_decode_{name}_total{{{label}}} {float(value)}"]
             for name, (total, count) in engine.histograms.items():
                 lines += [f"# TYPE vllm:{name} histogram",
                           f'vllm:{name}_bucket{{{label},le="+Inf"}} {float(count)}',

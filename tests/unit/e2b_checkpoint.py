@@ -528,17 +528,26 @@ BUILTIN_PROVENANCE = {
            "16-bit; an untied 16-bit lm_head and no KV-shared K/V weights (the layout whose size fits a third-party "
            "listing of its model.safetensors, 8,316,306,646 B, and whose vLLM weight memory is 1.76 GiB below bf16's "
            "against the published 1.78)",
+    "assistant": f"built-in facts for {ASSISTANT_REPO}: its config.json as published (revision 2d874ef7d29f), "
+                 "tensor names and shapes as transformers saves Gemma4AssistantForCausalLM built from it (no K/V "
+                 "projections, the output head tied), not read from its header",
 }
+# The file of t4serve/data/models/ each kind's built-in facts ship in.
+BUILTIN_FILES = {"bf16": "gemma-4-E2B-it.json", "qat": "gemma-4-E2B-it-qat-w4a16-ct.json",
+                 "assistant": "gemma-4-E2B-it-assistant.json"}
 
 
 def builtin_data(kind: str, scratch: str | Path) -> dict[str, Any]:
     """The JSON shipped in t4serve/data/models/ for an alias: probe_model's facts on a written checkpoint, its
     config.json with Gemma4TextConfig's defaults filled (t4serve.probes.configdefaults; how a local probe read it is
     left out, as the provenance says where the facts come from)."""
-    from t4serve.probes.checkpoint import CONFIG_READ_BY, probe_local
+    from t4serve.probes.checkpoint import CONFIG_READ_BY, ROLE_DRAFTER, probe_local
     from t4serve.serde import to_dict
 
-    facts = probe_local("x", write_checkpoint(Path(scratch) / kind, kind=kind), "local-dir")
+    if kind == "assistant":
+        facts = probe_local("x", write_assistant_checkpoint(Path(scratch) / kind), "local-dir", ROLE_DRAFTER)
+    else:
+        facts = probe_local("x", write_checkpoint(Path(scratch) / kind, kind=kind), "local-dir")
     # config.json with Gemma4TextConfig's defaults and rules, from t4serve's own table (no reader involved).
     assert "t4serve's table" in str(facts.config.get(CONFIG_READ_BY))
     return {
@@ -567,5 +576,5 @@ if __name__ == "__main__":
         sys.exit(0)
     out = Path(sys.argv[1])
     with tempfile.TemporaryDirectory() as tmp:
-        for kind, name in (("bf16", "gemma-4-E2B-it.json"), ("qat", "gemma-4-E2B-it-qat-w4a16-ct.json")):
+        for kind, name in BUILTIN_FILES.items():
             (out / name).write_text(json.dumps(builtin_data(kind, tmp), indent=1) + "\n")

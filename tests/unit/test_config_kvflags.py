@@ -10,7 +10,7 @@ from t4serve.config.kvflags import KVFlags, kv_flags, refused_kv_flags
 from t4serve.config.settings import Settings
 from t4serve.errors import ConfigError
 from t4serve.facts import Facts
-from t4serve.pipeline import ensure_model, with_known_gpu
+from t4serve.pipeline import ensure_model
 from t4serve.planning.plan import Plan, plan
 
 
@@ -40,22 +40,15 @@ def flag(argv: tuple[str, ...], name: str) -> str | None:
         (("--disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager"), KVFlags()),
         (("--no-enable-chunked-prefill",), KVFlags(chunked_prefill=False)),
         (("--disable-chunked-prefill",), KVFlags(chunked_prefill=False)),
-        (("--spec-method", "ngram_gpu", "--spec-tokens", "3"), KVFlags(speculative_method="ngram_gpu")),
-        (("--speculative-config", '{"method": "ngram_gpu", "num_speculative_tokens": 2}'),
-         KVFlags(speculative_method="ngram_gpu")),
-        (("--speculative-config.method=ngram_gpu",), KVFlags(speculative_method="ngram_gpu")),
         (("--enforce-eager", "--enable-chunked-mm-input"), KVFlags()),
         (("--no-disable-hybrid-kv-cache-manager",), KVFlags()),
         (("--enable-chunked",), KVFlags()),  # `--enable-chunked-prefill` to argparse (and to vLLM)
         (("--block-size", "64", "--block_s=32"), KVFlags(block_size=32)),  # the last one, as vLLM takes it
-        (("--speculative-config.method", "ngram_gpu", "--speculative-config", '{"method": "eagle3"}'),
-         KVFlags(speculative_method="ngram_gpu")),  # vLLM appends the dotted keys after everything else
     ],
 )
 def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) -> None:
     assert kv_flags(args) == expected
-    if expected.speculative_method is None or args[0].startswith("--spec-"):
-        assert refused_kv_flags(args) is None
+    assert refused_kv_flags(args) is None
 
 
 @pytest.mark.parametrize(
@@ -73,12 +66,6 @@ def test_kv_flags_in_every_spelling(args: tuple[str, ...], expected: KVFlags) ->
         (("--block-size=8",), "16, 32, 64"),
         (("--block-size", "32", "--block-s", "128"), "16, 32, 64"),
         (("--block-size", "big"), "whole number"),
-        (("--spec-model", "org/draft"), "draft model"),
-        (("--spec-method", "eagle3"), "speculative method eagle3"),
-        (("--speculative-config", '{"method": "suffix"}'), "speculative method suffix"),
-        (("--speculative-config", '{"model": "org/draft", "num_speculative_tokens": 3}'), "draft model"),
-        (("-sc", '{"method": "draft_model", "model": "org/d"}'), "speculative method draft_model"),
-        (("--speculative-config.model", "org/draft"), "draft model"),
     ],
 )
 def test_unmodelled_kv_flags_are_refused_with_the_reason(args: tuple[str, ...], words: str) -> None:
@@ -97,12 +84,6 @@ def test_settings_refuse_them_naming_the_variable_and_the_fix() -> None:
         settings(T4SERVE_VLLM_ARGS="--enable-extensible-kv-cache")
     for off in ("--no-enable-extensible-kv-cache", "--disable-extensible-kv-cache"):
         assert settings(T4SERVE_VLLM_ARGS=off).vllm_args == (off,)
-    # Method ngram (on the GPU in vLLM 0.34) is not among those sized.
-    with pytest.raises(ConfigError, match="speculative method ngram"):
-        settings(T4SERVE_VLLM_ARGS="--speculative-config '{\"method\": \"ngram\"}'")
-    with pytest.raises(ConfigError, match="not a JSON object") as exc:
-        settings(T4SERVE_VLLM_ARGS='--speculative-config {"method":"ngram_gpu"}')  # the shell ate the quotes
-    assert '\'{"method": "ngram_gpu"' in str(exc.value)
 
 
 def test_no_async_scheduling_shrinks_the_sliding_groups_in_the_plan() -> None:
@@ -158,15 +139,6 @@ def test_max_num_seqs_above_the_batched_tokens_is_refused_in_vllms_words() -> No
                  T4SERVE_MAX_MODEL_LEN="1024")
     assert p.sizing is None and p.sizing_error is not None
     assert "max_num_batched_tokens (256) must be greater than or equal to max_num_seqs (300)" in p.sizing_error
-
-
-def test_ngram_gpu_speculation_is_sized_as_the_target_alone() -> None:
-    plain = plan_for(with_known_gpu(t4(), "l4"), T4SERVE_MODEL="qat")
-    spec = plan_for(with_known_gpu(t4(), "l4"), T4SERVE_MODEL="qat",
-                    T4SERVE_VLLM_ARGS="--spec-method ngram_gpu --spec-tokens 3")
-    assert plain.sizing is not None and spec.sizing is not None
-    assert spec.sizing.kv_tokens.value == plain.sizing.kv_tokens.value
-    assert any("speculative decoding ngram_gpu" in n for n in spec.sizing.notes)
 
 
 def test_chunked_prefill_off_caps_the_auto_length_at_the_batched_tokens() -> None:

@@ -176,11 +176,11 @@ def test_directory_without_config_json(tmp_path: Path) -> None:
     assert f"{tmp_path}/config.json is missing" in error.message()
 
 
-def test_cpu_ngram_speculation_in_vllm_args_is_refused_with_the_way_out() -> None:
+def test_speculation_in_vllm_args_is_refused_with_the_way_out() -> None:
     args = """--speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'"""
     message = error_for({"T4SERVE_VLLM_ARGS": args}).message()
-    assert "must not use speculative method ngram" in message and "numba" not in message
-    assert "method ngram_gpu" in message and "remove --speculative-config from T4SERVE_VLLM_ARGS" in message
+    assert "use T4SERVE_SPECULATIVE instead" in message
+    assert "remove --speculative-config from T4SERVE_VLLM_ARGS and set T4SERVE_SPECULATIVE instead" in message
 
 
 @pytest.mark.parametrize(

@@ -67,15 +67,18 @@ def test_load_formats_the_image_cannot_serve_are_refused(args: tuple[str, ...], 
         ("-sc", '{"model": "[ngram]", "num_speculative_tokens": 3}'),
         ("--speculative-config.method", "ngram"),
         ("-sc.method=ngram",),
+        ("--speculative-config", '{"method": "ngram_gpu", "num_speculative_tokens": 4}'),
+        ("--speculative-config", "not json"),
+        ("--speculative-config.num-speculative-tokens", "ngram"),
+        ("-sc", '{"method": "' + "[" * 100 + '"}'),
+        ("--spec-method", "mtp"),
     ],
 )
-def test_method_ngram_is_sizings_question_not_numbas(args: tuple[str, ...]) -> None:
-    """vLLM 0.34 runs method ngram on the GPU too (vllm/v1/worker/gpu/spec_decode/ngram/config.py): nothing the image
-    leaves out is needed for it, so the flag policy passes it; t4serve.config.kvflags refuses it as not sized."""
-    assert refusal(*args) is None
-    found = kvflags.refused_kv_flags(args)
-    # Named as the method, or in vLLM's older form as the model (a draft model to the sizing).
-    assert found is not None and ("speculative method ngram" in found[0] or "draft model" in found[0])
+def test_every_speculative_config_is_t4serve_speculatives(args: tuple[str, ...]) -> None:
+    """The plan writes --speculative-config for T4SERVE_SPECULATIVE (and sizes its drafter): any the user passes, in
+    any spelling or value, is refused with that variable, before the value is read."""
+    why = refusal(*args)
+    assert why is not None and "use T4SERVE_SPECULATIVE instead" in why
 
 
 def test_a_flag_that_leaves_the_server_unready_is_refused_and_its_off_switch_passes() -> None:
@@ -83,21 +86,6 @@ def test_a_flag_that_leaves_the_server_unready_is_refused_and_its_off_switch_pas
     why = refusal("--checkpoint-prepare-on-startup")
     assert why is not None and "/checkpoint/restore" in why
     assert refusal("--no-checkpoint-prepare-on-startup") is None
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("--speculative-config", '{"method": "ngram_gpu", "num_speculative_tokens": 4}'),
-        ("--speculative-config", '{"method": "eagle3", "model": "ngram"}'),  # method wins over model, as in vLLM
-        ("--speculative-config", "not json"),  # vLLM's own parser names it
-        ("--speculative-config", '["ngram"]'),
-        ("--speculative-config.num-speculative-tokens", "ngram"),
-        ("-sc", '{"method": "' + "[" * 100 + '"}'),
-    ],
-)
-def test_other_speculative_configs_pass(args: tuple[str, ...]) -> None:
-    assert refusal(*args) is None
 
 
 def test_the_default_load_formats_pass() -> None:
@@ -109,7 +97,7 @@ def test_every_flag_a_policy_table_names_is_one_of_vllms() -> None:
     """A vLLM that renames or drops a flag fails here (the table comes from the image's vLLM), not silently."""
     named = [*vllmflags.CONTROLLED_FLAGS, *vllmflags.FIXED_FLAGS, *vllmflags.SUPERVISION_FLAGS,
              *vllmflags.REFUSED_FLAG_VALUES, *kvflags.REFUSED_KV_FLAGS, kvflags.EXTENSIBLE_KV_CACHE,
-             kvflags.BLOCK_SIZE_FLAG, kvflags.SPECULATIVE_CONFIG, "--spec-method", "--spec-model"]  # fmt: skip
+             kvflags.BLOCK_SIZE_FLAG]  # fmt: skip
     table = flag_table()
     assert [f for f in named if f not in table.by_option] == []
     assert {d for d in kvflags.SWITCHES} <= {a.dest for a in table.actions}

@@ -302,6 +302,6 @@ def test_a_secret_in_a_json_valued_flag_is_refused_and_never_shown(tmp_path: Pat
 
 
 def test_keys_that_only_look_like_secrets_pass(tmp_path: Path) -> None:
-    args = "--speculative-config '{\"method\": \"ngram_gpu\", \"num_speculative_tokens\": 3}'"
+    args = "--model-loader-extra-config '{\"num_speculative_tokens\": 3, \"tokenizer\": \"x\"}'"
     env = {**base_environ(tmp_path), "T4SERVE_VLLM_ARGS": args}
     _check(run_cli(["plan", "--gpu", "t4"], env), {0}, "num_speculative_tokens")

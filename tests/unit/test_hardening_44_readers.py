@@ -63,7 +63,7 @@ def test_what_vllms_parser_refuses_is_refused_before_it_starts(tmp_path: Path, a
     ("--max-model-l=4096", "T4SERVE_MAX_MODEL_LEN"),
     ("-t 2", "one GPU"),  # -tp to argparse
     ("--tensor_p 2", "one GPU"),
-    ("-sc.method=ngram", "speculative method ngram"),
+    ("-sc.method=ngram", "use T4SERVE_SPECULATIVE instead"),
     ("--help", "print its help and exit"),
     ("--hf_overr.text_config.num_hidden_layers 2", "edited config.json"),
 ])  # fmt: skip

@@ -378,6 +378,21 @@ def test_plan_for_a_known_gpu_and_model(engine: FakeEngine, environ: dict[str, s
     assert_no_secret(data)
 
 
+def test_plan_and_profiles_with_the_drafter(engine: FakeEngine, environ: dict[str, str]) -> None:
+    """T4SERVE_SPECULATIVE through the tools: the plan passes the drafter and checks it; profiles show it."""
+    data = ok(call(tool_env(engine, environ, devices=[]), "plan",
+                   {"model": "qat", "gpu_model": "t4", "settings": {"T4SERVE_SPECULATIVE": "mtp"}}))
+    assert '"method": "mtp", "model": "google/gemma-4-E2B-it-assistant"' in data["command_line"]
+    assert data["plan"]["speculative"].startswith("mtp: google/gemma-4-E2B-it-assistant")
+    assert "drafter" in {f["check"] for f in data["findings"]}
+    rows = ok(call(tool_env(engine, environ, devices=[]), "profiles",
+                   {"gpu_model": "t4", "settings": {"T4SERVE_SPECULATIVE": "mtp"}}))["profiles"]
+    assert {r["speculative"].split(":")[0] for r in rows} == {"mtp"}
+    text = error_text(call(tool_env(engine, environ), "plan", {"settings": {
+        "T4SERVE_VLLM_ARGS": "--speculative-config '{\"method\": \"ngram_gpu\"}'"}}))
+    assert "T4SERVE_SPECULATIVE" in text and "fix:" in text
+
+
 @pytest.mark.parametrize(
     ("settings", "words"),
     [

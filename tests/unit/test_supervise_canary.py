@@ -7,7 +7,17 @@ import math
 import pytest
 from local_http import Canned, serve
 
-from t4serve.supervise.canary import EXPECTED, FP16_HINT, PROMPT, judge_completion, run_canary
+from t4serve.supervise.canary import (
+    DRAFT_TOKENS_METRIC,
+    EXPECTED,
+    FP16_HINT,
+    PROMPT,
+    Drafting,
+    check_drafting,
+    judge_completion,
+    metric_total,
+    run_canary,
+)
 
 
 def completion(text: str, logprobs: list[float] | None = None) -> dict[str, object]:
@@ -82,3 +92,35 @@ def test_timeout_is_reported() -> None:
     with serve({"/v1/completions": Canned(body=completion("391"), delay=1.5)}) as server:
         record = run_canary(server.url, "gemma", None, timeout=0.3)
     assert not record.ok and "did not answer within 0.3 s" in (record.reason or "")
+
+
+METRICS = (b"# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+           b'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="gemma"} 12.0\n'
+           b"# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+           b'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="gemma"} 7.0\n'
+           b'vllm:generation_tokens_total{engine="0",model_name="gemma"} 9.0\n')
+
+
+def test_drafting_passes_when_vllm_counted_draft_tokens() -> None:
+    with serve({"/metrics": Canned(body=METRICS)}) as server:
+        drafting = check_drafting(server.url)
+    assert drafting == Drafting(12, 7, None)
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [
+    (METRICS.replace(b"} 12.0", b"} 0.0"), 200, f"{DRAFT_TOKENS_METRIC} 0 on /metrics"),
+    (b'vllm:generation_tokens_total{engine="0"} 9.0\n', 200, f"{DRAFT_TOKENS_METRIC} absent"),
+    (METRICS.replace(b"} 12.0", b"} NaN"), 200, f"{DRAFT_TOKENS_METRIC} absent"),
+    (b"", 500, "HTTP 500"),
+])
+def test_no_draft_tokens_fail_the_canary_with_the_reason(body: bytes, status: int, words: str) -> None:
+    with serve({"/metrics": Canned(status=status, body=body)}) as server:
+        drafting = check_drafting(server.url)
+    assert drafting.reason is not None and words in drafting.reason
+
+
+def test_metric_totals_add_every_label_set() -> None:
+    text = (f'{DRAFT_TOKENS_METRIC}{{engine="0"}} 3.0\n{DRAFT_TOKENS_METRIC}{{engine="1"}} 4.0\n'
+            f"{DRAFT_TOKENS_METRIC}_created 1.7e9\n{DRAFT_TOKENS_METRIC} 1\n")
+    assert metric_total(text, DRAFT_TOKENS_METRIC) == 8
+    assert metric_total(text, "vllm:spec_decode_num_drafts_total") is None

@@ -75,10 +75,12 @@ def make_spec(
     canary: bool = True,
     cache_dir: Path | None = None,
     predictions: dict[str, Prediction] | None = None,
+    speculative: str = "off",
+    env: dict[str, str] | None = None,
 ) -> RunSpec:
     return RunSpec(
         argv=argv,
-        env={"T4SERVE_STANDIN_MODE": mode, "T4SERVE_STANDIN_LOAD_SECONDS": "0.05"},
+        env={"T4SERVE_STANDIN_MODE": mode, "T4SERVE_STANDIN_LOAD_SECONDS": "0.05", **(env or {})},
         model=MODEL,
         served_model_name=SERVED,
         host="127.0.0.1",
@@ -90,6 +92,7 @@ def make_spec(
         hf_hub_cache=str(tmp / "hub"),
         cache_dir=str(cache_dir if cache_dir is not None else tmp / "cache"),
         predictions=predictions or {},
+        speculative=speculative,
     )
 
 
@@ -252,6 +255,34 @@ def test_canary_failure_is_its_own_state_with_the_reason_and_the_fp16_hint(
     assert seen.fix == FP16_HINT
     assert f"{PREFIX}t4serve: canary FAILED: empty answer" in "\n".join(done.lines)
     assert not (tmp_path / "cache" / history.HISTORY_FILE).exists()
+
+
+MTP_CONFIG = '{"method": "mtp", "model": "google/gemma-4-E2B-it-assistant", "num_speculative_tokens": 2}'
+
+
+def test_with_mtp_the_canary_needs_the_drafter_to_have_drafted(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    spec = make_spec(tmp_path, [*standin_argv(port), "--speculative-config", MTP_CONFIG], port=port,
+                     speculative="mtp")
+    done = run_here(spec, state_dir, monkeypatch, until=lambda s, out: "ready after" in out or "canary FAILED" in out)
+    assert done.seen is not None and done.seen.phase == "ready", done.out
+    assert "speculative decoding (mtp): 2 tokens drafted, 1 accepted so far" in done.out
+
+
+def test_with_mtp_a_drafter_that_never_drafts_fails_the_canary(
+    tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    spec = make_spec(tmp_path, [*standin_argv(port), "--speculative-config", MTP_CONFIG], port=port,
+                     speculative="mtp", env={"T4SERVE_STANDIN_DRAFTS": "off"})
+    done = run_here(spec, state_dir, monkeypatch,
+                    until=lambda s, out: s.phase in ("ready", "failed") or "canary FAILED" in out)
+    seen = done.seen
+    assert seen is not None and seen.phase == "canary_failed", done.out
+    assert seen.reason is not None and "vLLM drafted no tokens for the canary" in seen.reason
+    assert seen.canary is not None and not seen.canary.ok and seen.canary.text == "391"
 
 
 def test_the_api_key_reaches_vllm_in_its_environment_and_the_canary_sends_it(

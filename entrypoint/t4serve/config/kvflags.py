@@ -3,11 +3,11 @@
 Modelled (t4serve.planning.sizing and t4serve.planning.plan compute with them, and tests/oracle/kv_oracle.py checks the
 figures against vLLM 0.34's own planner): `--async-scheduling` / `--no-async-scheduling` (tokens in flight per sliding
 window), `--block-size` 16, 32 or 64, `--disable-hybrid-kv-cache-manager` / `--enable-hybrid-kv-cache-manager`,
-`--enable-chunked-prefill` / `--no-enable-chunked-prefill` (alias `--disable-chunked-prefill`), and speculative
-decoding with method `ngram_gpu` (no draft model: the KV layout is the target's alone).
-Refused, each with why and what owns it instead (`REFUSED_KV_FLAGS`, `refused_kv_flag`): every other speculative
-method (a draft model adds KV layers, some switch async scheduling off), `--disable-sliding-window`, context
-parallelism, KV connectors and offloading, `--attention-config`, and vLLM 0.34's `--enable-extensible-kv-cache`.
+and `--enable-chunked-prefill` / `--no-enable-chunked-prefill` (alias `--disable-chunked-prefill`).
+Refused, each with why and what owns it instead (`REFUSED_KV_FLAGS`, `refused_kv_flag`): `--disable-sliding-window`,
+context parallelism, KV connectors and offloading, `--attention-config`, and vLLM 0.34's
+`--enable-extensible-kv-cache`. Speculative decoding is T4SERVE_SPECULATIVE's (t4serve.config.vllmflags owns its
+flags).
 
 The arguments are read as vLLM's parser reads them (t4serve.config.vllmargv: `--flag=value`, underscores, unambiguous
 abbreviations, short aliases, dotted keys merged into one JSON value, the last of a flag winning), so each flag is
@@ -31,8 +31,6 @@ MODELLED_BLOCK_SIZES = (16, 32, 64)
 # pick 128 for 256-wide heads on capability 10.x). 16 holds more tokens than 64 for Gemma 4 E2B at every length
 # (docs/sizing.md has the figures).
 PLAN_BLOCK_SIZE = 16
-# The speculative method whose KV accounting is the target model's own (checked against vLLM's planner).
-MODELLED_SPECULATIVE_METHOD = "ngram_gpu"
 
 # Switches, by vLLM's dest -> (KVFlags field, whether the switch on means the field off). Each dest's options (and
 # those that set it false: `--no-x`, `--disable-x` of an `--enable-x`) come from vLLM's table.
@@ -42,7 +40,6 @@ SWITCHES: dict[str, tuple[str, bool]] = {
     "disable_hybrid_kv_cache_manager": ("hybrid_kv_cache_manager", True),
 }
 BLOCK_SIZE_FLAG = "--block-size"
-SPECULATIVE_CONFIG = "--speculative-config"
 
 # Flags that change vLLM's KV accounting in ways t4serve does not model: why, and what to do instead.
 REFUSED_KV_FLAGS: dict[str, str] = {
@@ -82,8 +79,6 @@ class KVFlags:
     hybrid_kv_cache_manager: bool = True
     # `--no-enable-chunked-prefill`: vLLM refuses max_num_batched_tokens below max_model_len.
     chunked_prefill: bool = True
-    # The method of `--speculative-config` / `--spec-method` (only MODELLED_SPECULATIVE_METHOD passes).
-    speculative_method: str | None = None
 
     @property
     def planned_block_size(self) -> int:
@@ -100,8 +95,6 @@ class KVFlags:
             words.append("--disable-hybrid-kv-cache-manager (sliding layers allocated in full)")
         if not self.chunked_prefill:
             words.append("--no-enable-chunked-prefill (max_num_batched_tokens >= max_model_len)")
-        if self.speculative_method is not None:
-            words.append(f"speculative decoding {self.speculative_method}")
         return words
 
 
@@ -119,43 +112,6 @@ def _is(occurrence: Occurrence, flag: str) -> bool:
     return occurrence.action is flag_table().action(flag)
 
 
-def _speculative(occurrence: Occurrence) -> tuple[str | None, str | None] | None:
-    """(the method this flag names or None, a reason to refuse it or None), or None for a flag that is none of the
-    speculative ones."""
-    value = occurrence.value
-    if value is None:
-        return None
-    if _is(occurrence, SPECULATIVE_CONFIG):
-        not_json = ("its value is not a JSON object, which vLLM reads it as (quote it for the shell: "
-                    f"'{{\"method\": \"{MODELLED_SPECULATIVE_METHOD}\", \"num_speculative_tokens\": 3}}')")
-        try:
-            config = untrusted.loads_json(value, "--speculative-config")
-        except untrusted.Untrusted:
-            return None, not_json
-        if not isinstance(config, dict):
-            return None, not_json
-        method = config.get("method")
-        if method is None and config.get("model") is not None:
-            return None, "its --speculative-config names a draft model, whose KV cache layers t4serve does not size"
-        if method is not None and not isinstance(method, str):
-            return None, f"its method must be a JSON string (found a {type(method).__name__})"
-        return method, None
-    if _is(occurrence, "--spec-method"):
-        return value.strip(), None
-    if _is(occurrence, "--spec-model"):
-        return None, "--spec-model names a draft model, whose KV cache layers t4serve does not size"
-    return None
-
-
-def _refused_method(method: str) -> str:
-    return (
-        f"must not use speculative method {method}: t4serve sizes speculative decoding only with method "
-        f"{MODELLED_SPECULATIVE_METHOD} (no draft model, so the KV cache is the target's alone; checked against "
-        f"vLLM's planner); {method} is not checked there (a draft model adds its weights and can add KV cache "
-        "layers, some methods switch async scheduling off)"
-    )
-
-
 def refused_kv_flag(occurrence: Occurrence) -> str | None:
     """Why the flag `occurrence` is refused for what it does to vLLM's KV accounting, or None."""
     written = occurrence.written.partition(".")[0]
@@ -166,26 +122,19 @@ def refused_kv_flag(occurrence: Occurrence) -> str | None:
         return f"must not contain {written}: {EXTENSIBLE_WHY}"
     if occurrence.missing is not None:
         return None  # no value to judge: vLLM's parser refuses it (t4serve.config.vllmflags.unread_argument)
-    if _is(occurrence, BLOCK_SIZE_FLAG):
-        value = occurrence.value
-        sizes = ", ".join(map(str, MODELLED_BLOCK_SIZES))
-        size = block_size(value) if value is not None else None
-        if size is None:
-            return f"must give {written} a whole number of tokens in ASCII digits ({sizes})"
-        if size not in MODELLED_BLOCK_SIZES:
-            return (
-                f"must not contain {written} {size}: t4serve sizes the KV cache for block sizes {sizes}, which every "
-                "attention backend vLLM 0.34 picks on these GPUs runs unsplit (sliding-window layers then take the "
-                "same block)"
-            )
+    if not _is(occurrence, BLOCK_SIZE_FLAG):
         return None
-    speculative = _speculative(occurrence)
-    if speculative is not None:
-        method, refusal = speculative
-        if refusal is not None:
-            return f"must not contain {written}: {refusal}"
-        if method is not None and method != MODELLED_SPECULATIVE_METHOD:
-            return _refused_method(method)
+    value = occurrence.value
+    sizes = ", ".join(map(str, MODELLED_BLOCK_SIZES))
+    size = block_size(value) if value is not None else None
+    if size is None:
+        return f"must give {written} a whole number of tokens in ASCII digits ({sizes})"
+    if size not in MODELLED_BLOCK_SIZES:
+        return (
+            f"must not contain {written} {size}: t4serve sizes the KV cache for block sizes {sizes}, which every "
+            "attention backend vLLM 0.34 picks on these GPUs runs unsplit (sliding-window layers then take the "
+            "same block)"
+        )
     return None
 
 
@@ -207,9 +156,7 @@ def kv_flags(vllm_args: Sequence[str]) -> KVFlags:
         if switch is not None:
             field, inverted = switch
             values[field] = occurrence.switched_on != inverted
-        elif _is(occurrence, BLOCK_SIZE_FLAG):
-            if occurrence.value is not None and (size := block_size(occurrence.value)) is not None:
-                values["block_size"] = size
-        elif (speculative := _speculative(occurrence)) is not None and speculative[0] is not None:
-            values["speculative_method"] = speculative[0]
+        elif (_is(occurrence, BLOCK_SIZE_FLAG) and occurrence.value is not None
+              and (size := block_size(occurrence.value)) is not None):
+            values["block_size"] = size
     return KVFlags(**values)  # type: ignore[arg-type]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ from typing import Any
 
 from t4serve import untrusted
 from t4serve.config import compilation, secrets
-from t4serve.config.aliases import BF16_REPO, MODEL_ALIASES, QAT_REPO
+from t4serve.config.aliases import BF16_REPO, DRAFT_ALIASES, E2B_ASSISTANT_REPO, MODEL_ALIASES, QAT_REPO
+from t4serve.config.checkpoints import ModelChoice, checkpoint_choice, speculative_errors
 from t4serve.config.kvflags import refused_kv_flags
 from t4serve.config.secrets import Secret
 from t4serve.config.variables import (
@@ -71,25 +71,15 @@ _DTYPE_SYNONYMS = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "fl
 KV_CACHE_DTYPES = ("auto", "int8", "int4", "fp8")
 # T4SERVE_ATTENTION: t4serve.planning.attention resolves `auto` and checks the named paths against the card.
 ATTENTION_PATHS = ("auto", "turing-mma", "triton")
+# T4SERVE_SPECULATIVE: `mtp` drafts with the model's own drafter (t4serve.probes.drafter), `ngram` with vLLM's
+# ngram_gpu (no draft model); t4serve.planning.speculative sizes both and writes `--speculative-config`.
+SPECULATIVE_MODES = ("off", "mtp", "ngram")
+# vLLM's recipe for Gemma 4 E2B with its assistant drafts 2 tokens per step.
+DEFAULT_NUM_SPECULATIVE_TOKENS = 2
+MAX_NUM_SPECULATIVE_TOKENS = 16
 PREFLIGHT_MODES = ("strict", "warn")
 CONFIG_ERROR_MODES = ("exit", "wait")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-_REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """What T4SERVE_MODEL named: an alias, an HF repo id, or a local directory (made absolute)."""
-
-    requested: str
-    kind: str  # "alias", "repo", "local"
-    # The repo id (aliases expanded) or the absolute local directory: what the model probe resolves.
-    target: str
-
-    @property
-    def repo_id(self) -> str | None:
-        return None if self.kind == "local" else self.target
 
 
 # The parsers of the rows below that no other table shares (t4serve.config.variables holds the common ones).
@@ -122,31 +112,11 @@ def _kv_cache_size(raw: str, ctx: Context) -> int | str | None:
 
 
 def _model(raw: str, ctx: Context) -> ModelChoice:
-    value = raw.strip()
-    if value.lower() in MODEL_ALIASES:
-        return ModelChoice(value.lower(), "alias", MODEL_ALIASES[value.lower()])
-    if value.startswith(("/", "./", "../", "~/")) or value in (".", ".."):
-        try:
-            untrusted.check_path(value)
-        except untrusted.Untrusted as exc:
-            raise Invalid(f"must be a usable directory path: {exc.reason}", "/models/gemma") from None
-        path = Path(os.path.expanduser(value))
-        if not path.is_absolute():
-            path = ctx.cwd / path
-        path = Path(os.path.normpath(path))
-        if not path.is_dir():
-            raise Invalid(
-                f"must be an existing directory holding config.json ({path} is not a directory)", "/models/gemma"
-            )
-        if not (path / "config.json").is_file():
-            raise Invalid(f"must be a directory holding config.json ({path}/config.json is missing)", "/models/gemma")
-        return ModelChoice(value, "local", str(path))
-    if _REPO_ID.match(value) and ".." not in value and "--" not in value and not value.endswith(".git"):
-        return ModelChoice(value, "repo", value)
-    raise Invalid(
-        "must be qat, bf16, a Hugging Face repo id (org/name), or a local directory (absolute or ./ path)",
-        "qat",
-    )
+    return checkpoint_choice(raw, ctx, MODEL_ALIASES, "qat")
+
+
+def _draft_model(raw: str, ctx: Context) -> ModelChoice:
+    return checkpoint_choice(raw, ctx, DRAFT_ALIASES, "e2b-assistant")
 
 
 def _size_as(raw: str, ctx: Context) -> str | None:
@@ -304,6 +274,29 @@ VARIABLES: tuple[Variable, ...] = (
         choice(ATTENTION_PATHS), "turing-mma", "--attention",
     ),
     Variable(
+        "T4SERVE_SPECULATIVE", "speculative", "off", "off",
+        "Speculative decoding: `mtp` drafts with the model's own drafter (Gemma 4 E2B's "
+        f"`{E2B_ASSISTANT_REPO}`, a 4-layer decoder that reads the model's KV cache and owns none; "
+        "T4SERVE_DRAFT_MODEL names another), `ngram` with vLLM's `ngram_gpu` (tokens copied from the prompt, no "
+        "draft model); T4SERVE_NUM_SPECULATIVE_TOKENS per step. The plan sizes the drafter's weights, activations "
+        "and host memory and passes `--speculative-config`; a model without a drafter is refused for `mtp`.",
+        choice(SPECULATIVE_MODES), "mtp", "--speculative",
+    ),
+    Variable(
+        "T4SERVE_DRAFT_MODEL", "draft_model", None, "the model's own drafter (qat, bf16: e2b-assistant)",
+        f"The drafter for T4SERVE_SPECULATIVE=mtp: `e2b-assistant` ({E2B_ASSISTANT_REPO}), a Hugging Face repo "
+        "id, or a local directory holding a Gemma 4 assistant checkpoint (`gemma4_assistant`).",
+        _draft_model, "e2b-assistant", "--draft-model",
+    ),
+    Variable(
+        "T4SERVE_NUM_SPECULATIVE_TOKENS", "num_speculative_tokens", str(DEFAULT_NUM_SPECULATIVE_TOKENS),
+        str(DEFAULT_NUM_SPECULATIVE_TOKENS),
+        "Tokens drafted per step with T4SERVE_SPECULATIVE (vLLM's `num_speculative_tokens`; "
+        f"{DEFAULT_NUM_SPECULATIVE_TOKENS} is vLLM's recipe for Gemma 4 E2B's drafter).",
+        int_in(1, MAX_NUM_SPECULATIVE_TOKENS, DEFAULT_NUM_SPECULATIVE_TOKENS),
+        str(DEFAULT_NUM_SPECULATIVE_TOKENS), "--num-speculative-tokens",
+    ),
+    Variable(
         "T4SERVE_COMPILE", "compile", "auto", "auto",
         "How much vLLM compiles: `full` (its default: torch.compile and CUDA graphs), `lean` (no Inductor combo "
         "kernels), `o1` (`-O1`), `eager` (`--enforce-eager`); `auto`: full, and after an out-of-memory inside a "
@@ -404,6 +397,9 @@ class Settings:
     dtype: str
     kv_cache_dtype: str
     attention: str
+    speculative: str
+    draft_model: ModelChoice | None
+    num_speculative_tokens: int
     compile: str
     preflight: str
     on_config_error: str
@@ -488,6 +484,7 @@ class Settings:
                     fix="set T4SERVE_TELEMETRY_PORT=9400",
                 )
             )
+        errors += speculative_errors(values, origins)
         if values["compile"] != compilation.AUTO and compilation.user_controls_compilation(values["vllm_args"]):
             # Two settings choosing compilation: the flags used to win silently over T4SERVE_COMPILE=eager.
             flags = compilation.compilation_flags(values["vllm_args"])
@@ -515,7 +512,7 @@ class Settings:
         if var.secret:
             return REDACTED if getattr(self, var.field) is not None else "(unset)"
         value = getattr(self, var.field)
-        if var.field == "model":
+        if isinstance(value, ModelChoice):
             return f"{value.requested} ({value.target})" if value.requested != value.target else value.target
         if value is None:
             return "auto" if var.default_doc == "auto" else "(unset)"

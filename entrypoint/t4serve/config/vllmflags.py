@@ -37,6 +37,12 @@ CONTROLLED_FLAGS: dict[str, str] = {
     # The attention path: vLLM's Triton backend, on Turing's tensor cores where t4serve.turing runs (the image carries
     # no other backend).
     "--attention-backend": "T4SERVE_ATTENTION",
+    # Speculative decoding: the plan sizes the drafter (its weights, activations and host memory; its KV cache is the
+    # target's) and writes `--speculative-config` itself, so every spelling of it is the settings'.
+    "--speculative-config": "T4SERVE_SPECULATIVE",
+    "--spec-method": "T4SERVE_SPECULATIVE",
+    "--spec-model": "T4SERVE_DRAFT_MODEL",
+    "--spec-tokens": "T4SERVE_NUM_SPECULATIVE_TOKENS",
     "--shutdown-timeout": "T4SERVE_SHUTDOWN_TIMEOUT",
     "--download-dir": "HF_HOME",
     # Secrets (SECRET_FLAGS): each travels only in the vLLM process's environment, never on its command line.

@@ -262,7 +262,7 @@ class CheckTools(ToolGroup):
         the_plan, findings = await blocking(Progress(ctx), "planning", work)
         # The container's own checks that mean something for a plan read on the host.
         kept = [f for f in findings if f.check in ("gpu", "capability", "dtype", "sizing", "clamp", "attention",
-                                                    "model")]
+                                                    "model", "drafter")]
         return PlanOut(
             command_line=the_plan.command_line(),
             summary=the_plan.summary(),

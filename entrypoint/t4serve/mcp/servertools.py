@@ -96,7 +96,8 @@ class ServerTools(ToolGroup):
         Returns once the container runs and t4serve has written its state (seconds), or, when the container exits
         at once (a bad setting: exit 2, a failed preflight: exit 3), a tool error with its exit code and last log
         lines. Loading takes minutes after that: poll server_status. A folder model is mounted read-only at
-        /models/NAME. Holds the deployment's lock: a concurrent start or stop is answered "busy"."""
+        /models/NAME, a folder drafter (T4SERVE_DRAFT_MODEL) at /models/drafter-NAME. Holds the deployment's lock: a
+        concurrent start or stop is answered "busy"."""
         chosen = validate_settings(model, settings, self.env.base_env())
         given = given_settings(settings)
         for name, allowed in (("T4SERVE_PORT", ("8000",)), ("T4SERVE_HOST", ("0.0.0.0", "::"))):
@@ -110,13 +111,18 @@ class ServerTools(ToolGroup):
                 )
         environment = {"T4SERVE_MODEL": chosen.model.requested, **given}
         mounts: list[Mount] = []
-        in_container = chosen.model.target
-        if chosen.model.kind == "local":
-            name = Path(chosen.model.target).name
-            safe = name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name) else "model"
-            in_container = f"{MODEL_MOUNT_ROOT}/{safe}"
-            mounts.append(Mount(source=chosen.model.target, target=in_container))
-            environment["T4SERVE_MODEL"] = in_container
+        # A folder model, and a folder drafter (T4SERVE_DRAFT_MODEL), each mounted read-only under /models.
+        for variable, choice, fallback in (("T4SERVE_MODEL", chosen.model, "model"),
+                                           ("T4SERVE_DRAFT_MODEL", chosen.draft_model, "drafter")):
+            if choice is None or choice.kind != "local":
+                continue
+            name = Path(choice.target).name
+            safe = name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name) else fallback
+            if variable == "T4SERVE_DRAFT_MODEL":
+                safe = f"drafter-{safe}"
+            mounts.append(Mount(source=choice.target, target=f"{MODEL_MOUNT_ROOT}/{safe}"))
+            environment[variable] = f"{MODEL_MOUNT_ROOT}/{safe}"
+        in_container = environment["T4SERVE_MODEL"] if chosen.model.kind == "local" else chosen.model.target
         compose_env: dict[str, str] = {}
         if gpu_device:
             compose_env["T4SERVE_GPU"] = gpu_device

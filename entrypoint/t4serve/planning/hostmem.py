@@ -40,13 +40,17 @@ def largest_file_bytes(model: ModelFacts) -> int:
     return math.ceil(model.weight_bytes / max(model.safetensors_files, 1))
 
 
-def estimate(model: ModelFacts, host: HostFacts | None) -> HostMemory:
-    ckpt = model.weight_bytes
+def estimate(model: ModelFacts, host: HostFacts | None, drafter: ModelFacts | None = None) -> HostMemory:
+    """The peak of one load: the line through the published peaks at the checkpoint's bytes, and a drafter's
+    (T4SERVE_SPECULATIVE=mtp: vLLM loads it in the same step, through the same loader) counted as more of them."""
+    ckpt = model.weight_bytes + (drafter.weight_bytes if drafter is not None else 0)
     need = int(_BASE + _SLOPE * ckpt)
-    how = (f"{_BASE / GB:.3f} GB + {_SLOPE:.3f} x {ckpt / GB:.3f} GB of safetensors; a line through "
+    what = (f"{ckpt / GB:.3f} GB of safetensors (the model's {model.weight_bytes / GB:.3f} + the drafter's "
+            f"{drafter.weight_bytes / GB:.3f})" if drafter is not None else f"{ckpt / GB:.3f} GB of safetensors")
+    how = (f"{_BASE / GB:.3f} GB + {_SLOPE:.3f} x {what}; a line through "
            "published-t4-run.md's load peaks (bf16 7.8 GB RAM + 6,761 MiB swap, QAT + 4,770 MiB), not a model of "
            "vLLM's loader")
-    per_file = largest_file_bytes(model)
+    per_file = max(largest_file_bytes(model), largest_file_bytes(drafter) if drafter is not None else 0)
     eager = need + 2 * per_file
     eager_d = Derived(
         eager, "B",

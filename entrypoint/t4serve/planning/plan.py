@@ -40,6 +40,7 @@ from t4serve.planning import kernelfit, kvcache, vllmchecks
 from t4serve.planning.attention import AttentionChoice, choose_attention
 from t4serve.planning.derived import Derived, format_bytes
 from t4serve.planning.sizing import Sizing, SizingInputs, size, text_config
+from t4serve.planning.speculative import Speculation, speculation
 from t4serve.serde import to_dict
 from t4serve.units import GIB
 
@@ -83,6 +84,8 @@ class Plan:
     sized_as: str | None
     # T4SERVE_COMPILE in words: the rung the first start uses and what happens after a compile out-of-memory.
     compile_summary: str
+    # T4SERVE_SPECULATIVE in words: off, or the method, the drafter and how it was chosen, the tokens per step.
+    speculative: str
     # Where the GPU telemetry program serves /metrics (T4SERVE_TELEMETRY_HOST, _PORT); port 0: no telemetry program.
     telemetry_host: str
     telemetry_port: int
@@ -144,6 +147,7 @@ class Plan:
             f"turing clamp:      {'needed' if self.clamp_needed else 'not needed'}  ({self.clamp_reason})",
             f"attention:         {self.attention.label}  ({self.attention.reason})",
             f"compile:           {self.compile_summary}",
+            f"speculative:       {self.speculative}",
         ]
         if self.sizing is not None:
             lines += ["", "sizing:"]
@@ -388,8 +392,14 @@ def plan(settings: Settings, facts: Facts) -> Plan:
     except ConfigError as exc:
         # A named path that cannot run here: no plan to serve, the refusal where sizing's would be.
         attention, attention_error = AttentionChoice(None, None, exc.what), exc.message()
-    sizing, sizing_error = (None, attention_error) if attention_error else _size(settings, facts, gpu, dtype,
-                                                                                  card.sized_as, attention)
+    try:
+        spec, spec_error = speculation(settings, facts), None
+    except ConfigError as exc:
+        # A model without a drafter, or a drafter that cannot draft for it: refused where sizing's refusal would be.
+        spec, spec_error = None, exc.message()
+    refused = attention_error or spec_error
+    sizing, sizing_error = (None, refused) if refused else _size(settings, facts, gpu, dtype, card.sized_as,
+                                                                 attention, spec)
     model_arg = model.local_path if model is not None and model.local_path else settings.model.target
 
     argv: list[str] = ["vllm", "serve", model_arg]
@@ -412,6 +422,8 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         argv += ["--block-size", str(sizing.block_size if sizing else PLAN_BLOCK_SIZE)]
     if attention.backend is not None:
         argv += ["--attention-backend", attention.backend]
+    if spec is not None:
+        argv += spec.argv()
     argv += list(settings.vllm_args)
 
     env = {
@@ -447,6 +459,7 @@ def plan(settings: Settings, facts: Facts) -> Plan:
         gpu_memory_utilization=card.utilization,
         sized_as=card.sized_as.key if card.sized_as is not None else None,
         compile_summary=compile_summary(settings),
+        speculative=spec.describe() if spec is not None else settings.speculative,
         telemetry_host=settings.telemetry_host,
         telemetry_port=settings.telemetry_port,
         notes=tuple(card.notes),
@@ -471,7 +484,7 @@ def _float(value: float) -> str:
 
 def _size(
     settings: Settings, facts: Facts, gpu: GpuDevice | None, dtype: str, card: KnownGpu | None,
-    attention: AttentionChoice,
+    attention: AttentionChoice, spec: Speculation | None,
 ) -> tuple[Sizing | None, str | None]:
     if gpu is None:
         return None, "no GPU visible (plan for a known card with --gpu t4)"
@@ -517,6 +530,7 @@ def _size(
         allow_long_max_model_len=vllm_env_true(facts.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")),
         gpu_name=gpu_name,
         kv_cache_dtype=vllmchecks.VLLM_KV_CACHE_DTYPES[settings.kv_cache_dtype],
+        speculation=spec,
     )
     try:
         return size(inputs), None

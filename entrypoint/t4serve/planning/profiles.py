@@ -46,6 +46,8 @@ class Profile:
     command_line: str | None
     # The attention path the plan chose (T4SERVE_ATTENTION resolved), with its reason.
     attention: str = ""
+    # T4SERVE_SPECULATIVE as the plan resolved it: off, or the method, the drafter and the tokens per step.
+    speculative: str = "off"
 
 
 def model_lengths(facts: Facts) -> tuple[int, ...]:
@@ -61,7 +63,7 @@ def profile_of(the_plan: Plan, checkpoint: str, kv_cache_dtype: str, length: int
     s = the_plan.sizing
     if s is None:
         return Profile(checkpoint, kv_cache_dtype, length, False, the_plan.sizing_error, None, None, None, None, None,
-                       None, None, None, attention_of(the_plan))
+                       None, None, None, attention_of(the_plan), the_plan.speculative)
     ceiling = s.decode_ceiling_tokens_per_s
     return Profile(
         checkpoint=checkpoint,
@@ -78,6 +80,7 @@ def profile_of(the_plan: Plan, checkpoint: str, kv_cache_dtype: str, length: int
         decode_ceiling_tokens_per_s=float(ceiling.value) if ceiling is not None else None,
         command_line=the_plan.command_line(),
         attention=attention_of(the_plan),
+        speculative=the_plan.speculative,
     )
 
 
@@ -116,9 +119,14 @@ def _figure(value: float | int | None, unit: str = "") -> str:
 def summary(rows: Sequence[Profile], gpu: str) -> str:
     """A table: one line per profile, the refusals' reasons below it."""
     head = (f"{'checkpoint':<12} {'kv dtype':<8} {'max len':>8} {'runs':<4} {'KV tokens':>10} {'concur.':>8} "
-            f"{'seqs':>5} {'weights':>10} {'host need':>10} {'add swap':>9} {'decode tok/s':>12} {'attention':<10}")
+            f"{'seqs':>5} {'weights':>10} {'host need':>10} {'add swap':>9} {'decode tok/s':>12} {'attention':<10} "
+            f"{'spec':<5}")
     lines = [f"profiles for {gpu}: every figure is `t4serve plan`'s for that checkpoint, KV cache dtype and length",
              "", head]
+    drafted = sorted({r.speculative for r in rows if r.speculative != "off" and r.runnable})
+    if drafted:
+        # Weights and host need include the drafter (T4SERVE_SPECULATIVE), whose KV cache is the model's own.
+        lines[1:1] = [f"speculative decoding {d}" for d in drafted]
     reasons: dict[str, list[str]] = {}
     for r in rows:
         name = r.checkpoint if len(r.checkpoint) <= 12 else "..." + r.checkpoint[-9:]
@@ -127,7 +135,7 @@ def summary(rows: Sequence[Profile], gpu: str) -> str:
             f"{_figure(r.kv_tokens):>10} {_figure(r.concurrency, 'x'):>8} {_figure(r.max_num_seqs):>5} "
             f"{_figure(r.gpu_weights_bytes, 'B'):>10} {_figure(r.host_memory_need_bytes, 'B'):>10} "
             f"{_figure(r.swap_to_add_bytes, 'B'):>9} {_figure(r.decode_ceiling_tokens_per_s):>12} "
-            f"{r.attention.split(':')[0]:<10}")
+            f"{r.attention.split(':')[0]:<10} {r.speculative.split(':')[0]:<5}")
         if r.reason is not None:
             reasons.setdefault(r.reason, []).append(f"{r.checkpoint} {r.kv_cache_dtype} {r.max_model_len:,}")
     if reasons:

@@ -18,7 +18,9 @@ from t4serve.gpus import BatchDefaults, vllm_batch_defaults
 from t4serve.planning import hostmem, kvcache
 from t4serve.planning.derived import Derived
 from t4serve.planning.roofline import roofline
-from t4serve.probes.checkpoint import CONFIG_READ_BY, PART_KV_SHARED_DROPPED
+from t4serve.planning.speculative import DrafterGpu, Speculation, drafter_gpu, drafter_summary
+from t4serve.planning.weights import weights_in_gpu
+from t4serve.probes.checkpoint import CONFIG_READ_BY
 from t4serve.units import GIB
 
 # CUDA graph pools, cuBLAS/Triton workspaces and kernels loaded after vLLM's start snapshot: not derivable from the
@@ -54,6 +56,9 @@ class SizingInputs:
     allow_long_max_model_len: bool = False
     # vLLM's --kv-cache-dtype (planning.kvcache.KV_CACHE_DTYPE_LAYOUTS): "auto" is the model dtype.
     kv_cache_dtype: str = "auto"
+    # T4SERVE_SPECULATIVE resolved (planning.speculative): the drafter's weights and activations take GPU memory, its
+    # checkpoint host memory at load; its KV cache is the target's.
+    speculation: Speculation | None = None
 
 
 @dataclass(frozen=True)
@@ -85,34 +90,6 @@ def text_config(model: ModelFacts) -> dict[str, object]:
             fix="set T4SERVE_MODEL to a downloaded checkpoint directory or an alias",
         )
     return text
-
-
-# safetensors dtypes of floating-point weights and their bits: vLLM holds these in the model dtype.
-FLOAT_WEIGHT_BITS = {"F16": 16, "BF16": 16, "F32": 32, "F64": 64}
-
-
-def weights_in_gpu(model: ModelFacts, dtype_bytes: int) -> tuple[int, str]:
-    """Bytes vLLM keeps on the GPU: every tensor but the dropped KV-shared K/V; floating-point tensors in the model
-    dtype (float32 weights cast down to 16 bits, 16-bit ones up to float32), quantized and 8-bit ones as stored."""
-    total = 0
-    cast: dict[str, int] = {}
-    for g in model.weights:
-        if g.part == PART_KV_SHARED_DROPPED:
-            continue
-        for dtype, n in g.bytes_by_dtype.items():
-            bits = FLOAT_WEIGHT_BITS.get(dtype)
-            if bits is not None and bits != 8 * dtype_bytes:
-                held = n * 8 * dtype_bytes // bits
-                cast[dtype] = cast.get(dtype, 0) + held - n
-                total += held
-            else:
-                total += n
-    dropped = sum(g.total_bytes for g in model.weights if g.part == PART_KV_SHARED_DROPPED)
-    how = f"{model.weight_bytes / GIB:.4f} GiB in the headers - {dropped / GIB:.4f} GiB dropped KV-shared K/V"
-    for dtype, change in sorted(cast.items()):
-        sign = "+" if change > 0 else "-"
-        how += f" {sign} {abs(change) / GIB:.4f} GiB of {dtype} held as {8 * dtype_bytes}-bit"
-    return total, how
 
 
 def rotary_buffers(text: dict[str, object], dtype_bytes: int) -> tuple[int, str]:
@@ -163,6 +140,17 @@ def activation_peak(text: dict[str, object], *, tokens: int, max_num_seqs: int, 
     return forward + sampler, how
 
 
+def drafter_in_gpu(inputs: SizingInputs, text: dict[str, object], batched_tokens: int) -> DrafterGpu | None:
+    """The drafter's bytes on the GPU (planning.speculative), for the rotary caches' length at the longest the model
+    allows; None without a drafter."""
+    spec = inputs.speculation
+    if spec is None or spec.drafter is None:
+        return None
+    longest = inputs.max_model_len or derived_max_model_len(text)[0] or VLLM_DEFAULT_MAX_LEN
+    return drafter_gpu(spec.drafter, dict(text), max_model_len=longest, batched_tokens=batched_tokens,
+                       dtype_bytes=inputs.dtype_bytes)
+
+
 def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: int,
                  batched_tokens: int) -> tuple[int, str]:
     requested = int(inputs.gpu_memory_bytes * inputs.gpu_memory_utilization)
@@ -170,11 +158,15 @@ def predict_pool(inputs: SizingInputs, text: dict[str, object], max_num_seqs: in
     rope, rope_how = buffers_in_gpu(text, batched_tokens, inputs.dtype_bytes)
     act, act_how = activation_peak(text, tokens=batched_tokens, max_num_seqs=max_num_seqs,
                                    dtype_bytes=inputs.dtype_bytes)
-    pool = requested - weights - rope - act - NON_TORCH_AND_GRAPHS_BYTES
+    drafter = drafter_in_gpu(inputs, text, batched_tokens)
+    draft = drafter.loaded + drafter.activation if drafter is not None else 0
+    pool = requested - weights - rope - act - draft - NON_TORCH_AND_GRAPHS_BYTES
     how = (f"{inputs.gpu_memory_bytes / GIB:.4f} GiB x {inputs.gpu_memory_utilization} = {requested / GIB:.4f} GiB"
            f" - weights {weights / GIB:.4f} GiB ({weights_how}) - buffers {rope / GIB:.4f} GiB ({rope_how})"
-           f" - activation {act / GIB:.4f} GiB ({act_how}) - non-torch and CUDA graphs "
-           f"{NON_TORCH_AND_GRAPHS_BYTES / GIB:.4f} GiB (calibrated on the published T4 run)")
+           f" - activation {act / GIB:.4f} GiB ({act_how})"
+           + (f" - drafter {drafter_summary(drafter)}" if drafter is not None else "")
+           + f" - non-torch and CUDA graphs {NON_TORCH_AND_GRAPHS_BYTES / GIB:.4f} GiB (calibrated on the published "
+           "T4 run" + ("; the drafter's CUDA graphs are not in it" if drafter is not None else "") + ")")
     return pool, how
 
 
@@ -519,16 +511,26 @@ def size(inputs: SizingInputs) -> Sizing:
     if cap.concurrency < float(seqs.value):
         notes.append(f"the pool holds {cap.concurrency:.2f} max-length requests but max_num_seqs is {int(seqs.value)}:"
                      " long requests will be preempted")
-    host = hostmem.estimate(model, inputs.host)
+    spec = inputs.speculation
+    if spec is not None:
+        notes.append(f"speculative decoding {spec.describe()}; the drafter reads the model's KV cache and owns none, "
+                     "so the KV figures are the model's own (vLLM 0.34's Gemma 4 speculator)"
+                     if spec.drafter is not None else f"speculative decoding {spec.describe()}: no draft model, so "
+                     "the KV figures and memory are the model's own")
+    host = hostmem.estimate(model, inputs.host, spec.drafter if spec is not None else None)
     ceiling = roofline(model, context=length, dtype_bytes=inputs.dtype_bytes,
                        bandwidth_bytes_per_s=inputs.bandwidth_bytes_per_s).ceiling_tokens_per_s
     notes += _host_and_model_notes(inputs, host)
     weights, weights_how = weights_in_gpu(model, inputs.dtype_bytes)
     buffers, buffers_how = buffers_in_gpu(shape.text, batched, inputs.dtype_bytes)
+    drafter = drafter_in_gpu(inputs, shape.text, batched)
+    loaded = weights + buffers + (drafter.loaded if drafter is not None else 0)
+    drafter_how = (f" + the drafter's weights and rotary caches {drafter.loaded / GIB:.4f} GiB (vLLM loads it in the "
+                   "same step)" if drafter is not None else "")
     return Sizing(
         max_model_len=max_len,
         max_num_batched_tokens=batched_d,
-        gpu_weights_bytes=Derived(weights + buffers, "B", f"weights ({weights_how}) + buffers ({buffers_how})"),
+        gpu_weights_bytes=Derived(loaded, "B", f"weights ({weights_how}) + buffers ({buffers_how}){drafter_how}"),
         max_num_seqs=seqs,
         kv_cache_memory_bytes=kv_bytes,
         kv_pool_bytes=pool_d,

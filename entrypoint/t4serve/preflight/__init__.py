@@ -61,6 +61,7 @@ from t4serve.preflight.image import (
 )
 from t4serve.preflight.model import (
     NOT_LOCAL_SOURCES,
+    check_drafter,
     check_model,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "check_capability",
     "check_clamp",
     "check_disks",
+    "check_drafter",
     "check_driver",
     "check_dtype",
     "check_gpu_memory_free",
@@ -134,6 +136,7 @@ def run_checks(facts: Facts, plan: Plan, settings: Settings) -> list[Finding]:
         check_host_memory(facts, settings),
         *check_disks(facts, plan),
         check_model(facts, settings),
+        *([check_drafter(facts, settings)] if settings.speculative == "mtp" else []),
         *check_ports(facts.host, settings),
         check_telemetry(plan, facts.host),
     ]

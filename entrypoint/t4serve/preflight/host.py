@@ -94,11 +94,13 @@ def check_host_memory(facts: Facts, settings: Settings) -> Finding:
             "not computed: the checkpoint's size is unknown" + (f" ({model.error})" if model and model.error else ""),
             "point T4SERVE_MODEL at a readable checkpoint, or use an alias (qat, bf16) whose facts are built in",
         )
-    estimate = hostmem.estimate(model, facts.host)
+    drafter = facts.drafter if settings.speculative == "mtp" else None
+    estimate = hostmem.estimate(model, facts.host, drafter)
     need = estimate.need_bytes
     usable = estimate.available_bytes
     found = f"{usable.format_value()} usable ({usable.how})" if usable else "host memory not read"
-    required = f"{need.format_value()} to load {model.requested} ({need.how})"
+    loaded = model.requested + (f" and its drafter {drafter.requested}" if drafter is not None else "")
+    required = f"{need.format_value()} to load {loaded} ({need.how})"
     add = int(estimate.swap_to_add_bytes.value)
     if add <= 0:
         return Finding("host-memory", "ok", found, required, "")
@@ -154,6 +156,11 @@ def disk_needs(facts: Facts, plan: Plan) -> dict[str, tuple[int, str]]:
         )
     else:
         needs["hf_cache"] = (0, "checkpoint already local" if model is not None else "model not probed")
+    drafter = facts.drafter
+    if drafter is not None and plan.speculative.startswith("mtp") and drafter.source in NOT_LOCAL_SOURCES:
+        bytes_, why = needs["hf_cache"]
+        needs["hf_cache"] = (bytes_ + drafter.weight_bytes,
+                             f"{why} + drafter {format_bytes(drafter.weight_bytes)} to download")
     return needs
 
 

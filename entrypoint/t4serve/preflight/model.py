@@ -1,4 +1,5 @@
-"""The preflight check of the checkpoint: readable, or to be downloaded with a token where it is gated."""
+"""The preflight checks of the checkpoint and of its drafter (T4SERVE_SPECULATIVE=mtp): readable, or to be downloaded
+with a token where it is gated."""
 
 from __future__ import annotations
 
@@ -43,3 +44,30 @@ def check_model(facts: Facts, settings: Settings) -> Finding:
             "set HF_TOKEN_FILE to a file holding your token (compose: the hf_token secret)",
         )
     return Finding("model", "ok", f"{model.requested}: will be downloaded into {settings.hf_home}", required, "")
+
+
+def check_drafter(facts: Facts, settings: Settings) -> Finding:
+    """The drafter T4SERVE_SPECULATIVE=mtp names, as the model is checked: readable, local, or to be downloaded (vLLM
+    downloads it at start, into HF_HOME, with the same token). Whether it drafts for this model is the plan's refusal
+    (the sizing finding)."""
+    drafter = facts.drafter
+    required = "the drafter local, or downloadable (HF_HUB_OFFLINE=0)"
+    if drafter is None:
+        return Finding("drafter", "fail", "no drafter for T4SERVE_SPECULATIVE=mtp (the sizing finding says why)",
+                       "a drafter checkpoint for the model",
+                       "set T4SERVE_DRAFT_MODEL, or T4SERVE_SPECULATIVE=ngram or off")
+    if drafter.source == "invalid":
+        return Finding("drafter", "fail", f"{drafter.requested}: {drafter.error}",
+                       "a readable Gemma 4 assistant checkpoint (config.json and safetensors)",
+                       "point T4SERVE_DRAFT_MODEL at a complete drafter checkpoint, or unset it for the model's own")
+    if drafter.source not in NOT_LOCAL_SOURCES:
+        return Finding("drafter", "ok", f"{drafter.requested}: local at {drafter.local_path}", required, "")
+    if settings.hf_hub_offline:
+        return Finding("drafter", "fail", f"{drafter.requested} is not in {settings.hf_home} and HF_HUB_OFFLINE=1",
+                       required, "set HF_HUB_OFFLINE=0 for the first start (vLLM downloads it beside the model), or "
+                       "mount it and set T4SERVE_DRAFT_MODEL=/path/to/it")
+    if settings.hf_token is None and drafter.requested.startswith("google/gemma"):
+        return Finding("drafter", "warn", f"{drafter.requested} will be downloaded, and no HF_TOKEN / HF_TOKEN_FILE "
+                       "is set", "a token for gated checkpoints (Gemma's license must be accepted on huggingface.co)",
+                       "set HF_TOKEN_FILE to a file holding your token (compose: the hf_token secret)")
+    return Finding("drafter", "ok", f"{drafter.requested}: will be downloaded into {settings.hf_home}", required, "")

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from t4serve.config.aliases import BF16_REPO, QAT_REPO
+from t4serve.config.aliases import BF16_REPO, E2B_ASSISTANT_REPO, QAT_REPO
 from t4serve.facts import ModelFacts, TensorGroup
 from t4serve.probes import configdefaults, hfconfig
 from t4serve.untrusted import (
@@ -41,7 +41,12 @@ from t4serve.untrusted import (
 BUILTIN_MODELS: dict[str, str] = {
     BF16_REPO: "gemma-4-E2B-it.json",
     QAT_REPO: "gemma-4-E2B-it-qat-w4a16-ct.json",
+    E2B_ASSISTANT_REPO: "gemma-4-E2B-it-assistant.json",
 }
+# What a checkpoint is probed as: the model to serve, or the drafter T4SERVE_SPECULATIVE=mtp adds beside it; a
+# drafter is one of Gemma 4's assistants, which vLLM 0.34 turns into `Gemma4MTPModel` (`hf_config_override`).
+ROLE_MODEL, ROLE_DRAFTER = "model", "drafter"
+DRAFTER_MODEL_TYPES = ("gemma4_assistant",)
 
 # The ModelFacts.config key naming how the text config was read: t4serve's table of transformers' defaults
 # (t4serve.probes.configdefaults) or vLLM's reader (t4serve.probes.hfconfig); either way the class's attributes.
@@ -323,7 +328,9 @@ def group_tensors(entries: dict[str, dict[str, Any]], text: dict[str, Any]) -> l
 
 def planning_config(config: dict[str, Any]) -> dict[str, Any]:
     """What planning keeps of config.json: top-level identity, quantization, and the text config under "text"."""
-    wanted = ("architectures", "model_type", "torch_dtype", "dtype", "tie_word_embeddings", "quantization_config")
+    wanted = ("architectures", "model_type", "torch_dtype", "dtype", "tie_word_embeddings", "quantization_config",
+              # A Gemma 4 drafter's: the target width its projections read and write.
+              "backbone_hidden_size")
     keep: dict[str, Any] = {k: config[k] for k in wanted if k in config}
     text = config.get("text_config")
     # A flat (text-only) config keeps its text fields at the top level.
@@ -427,7 +434,25 @@ def _invalid(requested: str, local: Path | None, error: str) -> ModelFacts:
     return ModelFacts(requested=requested, local_path=str(local) if local else None, source="invalid", error=error)
 
 
-def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
+def role_refusal(config: dict[str, Any], role: str, kept: dict[str, Any] | None = None) -> str | None:
+    """Why a config.json cannot be probed in `role`: a drafter is not a model to serve, and only Gemma 4's assistant
+    drafters are drafters t4serve sizes; None when it can. A drafter's text config in `kept` becomes what vLLM 0.34
+    plans with: all of the assistant's layers are KV-shared in its config.json, and vLLM sets `num_kv_shared_layers`
+    to 0 (`hf_config_override`), its speculator wiring each layer to a target layer's cache once built."""
+    kind = config.get("model_type")
+    if role == ROLE_MODEL and kind in DRAFTER_MODEL_TYPES:
+        return (f"a Gemma 4 drafter (model_type {kind}), not a model to serve on its own: name it in "
+                "T4SERVE_DRAFT_MODEL with T4SERVE_SPECULATIVE=mtp, and serve its target (qat, bf16)")
+    if role == ROLE_DRAFTER and kind not in DRAFTER_MODEL_TYPES:
+        shown = str(kind)[:60] if kind is not None else "(none)"
+        return (f"model type {shown} is not a drafter t4serve sizes: T4SERVE_SPECULATIVE=mtp drafts with Gemma 4's "
+                f"assistant checkpoints (model_type {', '.join(DRAFTER_MODEL_TYPES)}, such as {E2B_ASSISTANT_REPO})")
+    if role == ROLE_DRAFTER and kept is not None and "num_kv_shared_layers" in kept.get("text", {}):
+        kept["text"]["num_kv_shared_layers"] = 0
+    return None
+
+
+def probe_local(requested: str, directory: Path, source: str, role: str = ROLE_MODEL) -> ModelFacts:
     config_path = directory / "config.json"
     try:
         config = load_json_file(config_path, MAX_CONFIG_BYTES, "config.json")
@@ -438,7 +463,7 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
     if not isinstance(config, dict):
         return _invalid(requested, directory, f"{config_path}: a JSON {type(config).__name__}, not an object")
     kept = planning_config(config)
-    refused = read_text_config(config, kept, directory)
+    refused = read_text_config(config, kept, directory) or role_refusal(config, role, kept)
     if refused is not None:
         return _invalid(requested, directory, f"{config_path}: {refused}")
     try:
@@ -497,7 +522,7 @@ def probe_local(requested: str, directory: Path, source: str) -> ModelFacts:
     )
 
 
-def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
+def probe_remote(repo: str, role: str = ROLE_MODEL) -> tuple[ModelFacts | None, str]:
     """Headers and config.json read from the hub with range requests; (None, why) when that is not possible."""
     try:
         from huggingface_hub import get_safetensors_metadata, hf_hub_download  # type: ignore[import-not-found]
@@ -511,7 +536,7 @@ def probe_remote(repo: str) -> tuple[ModelFacts | None, str]:
     if not isinstance(config, dict):
         return _invalid(repo, None, f"remote config.json: a JSON {type(config).__name__}, not an object"), ""
     kept = planning_config(config)
-    refused = read_text_config(config, kept, None)
+    refused = read_text_config(config, kept, None) or role_refusal(config, role, kept)
     if refused is not None:
         return _invalid(repo, None, f"remote config.json: {refused}"), ""
     try:
@@ -554,21 +579,22 @@ def builtin_facts(repo: str, why_not_remote: str) -> ModelFacts | None:
     )
 
 
-def probe_model(repo: str, *, hf_home: str, offline: bool) -> ModelFacts:
-    """Facts about the checkpoint `repo` names (a repo id or a local directory: Settings.model.target); never raises
-    on its content."""
+def probe_model(repo: str, *, hf_home: str, offline: bool, role: str = ROLE_MODEL) -> ModelFacts:
+    """Facts about the checkpoint `repo` names (a repo id or a local directory: Settings.model.target, or the drafter
+    t4serve.probes.drafter chose, with `role` ROLE_DRAFTER); never raises on its content."""
     local = resolve_local(repo, hf_home)
     if local is not None:
-        return probe_local(repo, *local)
+        return probe_local(repo, *local, role=role)
     if Path(repo).is_absolute() or repo.startswith("."):
         return _invalid(repo, None, f"{repo}: no such directory")
     if offline:
         why = f"HF_HUB_OFFLINE=1 and {repo} is not in {os.path.join(hf_home, 'hub')}"
     else:
-        remote, why = probe_remote(repo)
+        remote, why = probe_remote(repo, role)
         if remote is not None:
             return remote
     builtin = builtin_facts(repo, why)
     if builtin is not None:
-        return builtin
+        refused = role_refusal(builtin.config, role)
+        return builtin if refused is None else _invalid(repo, None, f"{repo}: {refused}")
     return ModelFacts(requested=repo, local_path=None, source="not-local", error=why)

@@ -4,13 +4,16 @@
 key when the server has one) and judges the answer with `judge_completion`: non-empty text, finite log-probabilities,
 and "391" in the text. A wrong or garbled answer on
 float16 gets the fp16-overflow hint. It goes through t4serve.httpclient: a deadline over the whole request, a cap on
-the answer's size, no redirects followed with the key.
+the answer's size, no redirects followed with the key. With T4SERVE_SPECULATIVE=mtp, `check_drafting` then reads
+vLLM's /metrics: the right answer must have come with tokens the drafter drafted (a drafter that never ran would leave
+the answer right and the speed unchanged).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -108,3 +111,46 @@ def run_canary(
         hint=hint,
         seconds=round(time.monotonic() - began, 3),
     )
+
+
+# vLLM 0.34's speculative decoding counters on /metrics (vllm/v1/spec_decode/metrics.py), one sample per engine.
+DRAFT_TOKENS_METRIC = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS_METRIC = "vllm:spec_decode_num_accepted_tokens_total"
+# /metrics of one vLLM server is tens of KB; a cap well above it.
+MAX_METRICS_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """What vLLM's counters say the drafter did: draft tokens proposed and accepted so far, or why not known."""
+
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    reason: str | None
+
+
+def metric_total(text: str, name: str) -> int | None:
+    """The sum of a Prometheus counter's samples (every label set) in /metrics text; None where it has none."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}\n]*}})? ([0-9.eE+-]+)$", re.MULTILINE)
+    values = [float(m.group(1)) for m in pattern.finditer(text)]
+    finite = [v for v in values if math.isfinite(v) and v >= 0]
+    return int(sum(finite)) if finite and len(finite) == len(values) else None
+
+
+def check_drafting(base_url: str, *, api_key: str | None = None, timeout: float = 10.0) -> Drafting:
+    """After a right canary answer under T4SERVE_SPECULATIVE=mtp: the drafter proposed tokens for it (vLLM counts
+    them from the first decode step); a failed Drafting (reason set) otherwise, never a raise."""
+    try:
+        answer = fetch("GET", f"{base_url}/metrics", deadline_s=timeout, api_key=api_key, max_bytes=MAX_METRICS_BYTES)
+    except HttpFailure as exc:
+        return Drafting(None, None, f"/metrics did not answer, so whether the drafter ran is unknown: {exc.reason}")
+    if answer.status != 200:
+        return Drafting(None, None, f"/metrics answered HTTP {answer.status}, so whether the drafter ran is unknown")
+    text = answer.body.decode("utf-8", errors="replace")
+    drafted = metric_total(text, DRAFT_TOKENS_METRIC)
+    accepted = metric_total(text, ACCEPTED_TOKENS_METRIC)
+    if not drafted:
+        return Drafting(drafted, accepted, (
+            f"T4SERVE_SPECULATIVE=mtp, yet vLLM drafted no tokens for the canary ({DRAFT_TOKENS_METRIC} "
+            f"{'absent' if drafted is None else 0} on /metrics): the drafter is not running"))
+    return Drafting(drafted, accepted, None)

@@ -68,6 +68,7 @@ def run_spec(plan: Plan, settings: Settings) -> RunSpec:
         cache_dir=settings.cache_dir,
         predictions=predictions(None if plan.sizing is None else predicted_figures(plan.sizing)),
         compile_ladder=[[rung.name, *rung.flags] for rung in ladder_for(settings.compile, settings.vllm_args)],
+        speculative=settings.speculative,
     )
 
 

@@ -25,7 +25,7 @@ from t4serve.atomic import LockError
 from t4serve.config import compilation
 from t4serve.httpclient import local_url
 from t4serve.supervise import compilerecord, history
-from t4serve.supervise.canary import run_canary
+from t4serve.supervise.canary import check_drafting, run_canary
 from t4serve.supervise.children import stop_child
 from t4serve.supervise.diagnose import diagnose
 from t4serve.supervise.logwatch import PhaseTracker, compare, format_comparison
@@ -237,6 +237,11 @@ class Wrapper:
             # The key vLLM enforces is the VLLM_API_KEY of its environment (t4serve serve puts it there).
             api_key = self._env().get("VLLM_API_KEY") or None
             record = run_canary(self.base_url, self.spec.served_model_name, self.spec.dtype, api_key=api_key)
+            drafting = None
+            if record.ok and self.spec.speculative == "mtp":
+                drafting = check_drafting(self.base_url, api_key=api_key)
+                if drafting.reason is not None:
+                    record = replace(record, ok=False, reason=drafting.reason)
             if self.stopping.is_set():
                 return
             with self.lock:
@@ -250,6 +255,9 @@ class Wrapper:
                     self.say(f"hint: {record.hint}")
                 return
             self.say(f"canary passed: {record.prompt!r} -> {record.text!r} in {record.seconds:.2f} s")
+            if drafting is not None:
+                self.say(f"speculative decoding (mtp): {drafting.draft_tokens} tokens drafted, "
+                         f"{drafting.accepted_tokens} accepted so far (vLLM's /metrics)")
         else:
             self.say("canary off (T4SERVE_CANARY): ready as soon as /health answers")
         now = time.time()

@@ -125,6 +125,8 @@ class RunSpec:
     # The compile rungs the wrapper may use, in order, each [name, *vLLM flags] (t4serve.config.compilation); empty
     # where T4SERVE_VLLM_ARGS sets compilation itself.
     compile_ladder: list[list[str]] = field(default_factory=list)
+    # T4SERVE_SPECULATIVE: with `mtp` the canary also checks that the drafter drafted (vLLM's /metrics).
+    speculative: Annotated[str, OneOf(("off", "mtp", "ngram"))] = "off"
 
 
 @dataclass(frozen=True)

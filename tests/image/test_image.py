@@ -26,6 +26,7 @@ import pytest
 
 from t4serve.facts import BuildManifest
 from t4serve.serde import from_dict
+from t4serve.turing.inputs import module_closure
 
 from .conftest import REPO, RunInImage
 
@@ -448,9 +449,10 @@ def test_no_layer_contains_the_ca_bundle_or_a_secret(docker_bin: str, image_ref:
 
 
 def test_code_only_change_rebuilds_only_the_top_layers(docker_bin: str, image_ref: str) -> None:
-    """Build a copy of the context as it is (from cache), then again with one package file changed; print the
-    seconds of the second build. The two images must share every layer except those the build stage's change
-    produces. The baseline is rebuilt rather than taken from `image_ref`, which may predate the layer cache."""
+    """Build a copy of the context as it is (from cache), then again with one package file changed, one the Turing
+    attention proof does not read (t4serve.turing.inputs); print the seconds of the second build. The two images must
+    share every layer except those the build stage's change produces: the proof stage stays cached, and so does the
+    layer of its record. The baseline is rebuilt rather than taken from `image_ref`, which may predate the cache."""
     base, probe = "t4serve:rebuild-base", "t4serve:rebuild-probe"
     context = Path(os.environ.get("TMPDIR", "/tmp")) / f"t4serve-rebuild-{os.getpid()}"
     shutil.rmtree(context, ignore_errors=True)
@@ -474,14 +476,16 @@ def test_code_only_change_rebuilds_only_the_top_layers(docker_bin: str, image_re
         shutil.copytree(REPO / "docker", context / "docker")
         shutil.copytree(REPO / "entrypoint", context / "entrypoint", ignore=shutil.ignore_patterns("__pycache__"))
         build(base)
-        init = context / "entrypoint" / "t4serve" / "__init__.py"
-        init.write_text(init.read_text() + f"# rebuild probe {time.time()}\n")
+        changed = context / "entrypoint" / "t4serve" / "cli.py"
+        assert Path("t4serve/cli.py") not in module_closure(context / "entrypoint")
+        changed.write_text(changed.read_text() + f"# rebuild probe {time.time()}\n")
         seconds = build(probe)
         print(f"\ncode-only rebuild of {image_ref}: {seconds:.1f} s")
         before = _layers(docker_bin, base)
         after = _layers(docker_bin, probe)
         shared = sum(1 for a, b in zip(before, after, strict=False) if a == b)
-        # Base, packages, user and the venv copy stay; only the build stage's delta and the manifest may change.
+        # Base, packages, user, the venv copy and the attention proof stay; only the build stage's delta and the
+        # manifest may change.
         assert len(after) == len(before)
         assert len(after) - shared <= 2, f"{len(after) - shared} of {len(after)} layers changed"
     finally:

@@ -1,7 +1,8 @@
 """`t4serve attention prove`: prove t4serve's Turing attention (tensor cores on sm_75) against vLLM's real kernel.
 
-The image build runs `t4serve attention prove --proof-out /etc/t4serve/turing-attention-proof.json` in a stage of its
-own; the work is in t4serve.turing.proof; this module maps options to it and prints (exit 4 on any failure).
+The image build proves in a stage of its own (`python -m t4serve.turing.proof`, the same proof without the CLI), from
+what `t4serve attention inputs` gathered in the build stage (t4serve.turing.inputs says why); the work is in
+t4serve.turing.proof; this module maps options to it and prints (exit 4 on any failure).
 """
 
 from __future__ import annotations
@@ -27,4 +28,18 @@ def prove_command(vllm_root: Path | None, proof_out: Path | None, step1: bool) -
     from t4serve.turing.proof import prove
 
     prove(vllm_root, proof_out=proof_out, step1=step1, echo=click.echo)
+    return 0
+
+
+@command.command(name="inputs")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="a new or empty folder; each input lands at its installed path below it")
+@click.option("--vllm-root", type=click.Path(file_okay=False, path_type=Path),
+              help="the vllm package folder (default: the vllm importable by this Python)")
+def inputs_command(out: Path, vllm_root: Path | None) -> int:
+    """Gather what the proof reads (its t4serve modules, vLLM's attention file) for the image's proof stage."""
+    from t4serve.turing.inputs import gather
+
+    copied = gather(out, vllm_root=vllm_root)
+    click.echo(f"{len(copied)} files the Turing attention proof reads, gathered into {out}")
     return 0

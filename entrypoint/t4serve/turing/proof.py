@@ -8,6 +8,7 @@ the least-spilling combination of its phase and head. Any failure raises PatchEr
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from t4serve.atomic import write_atomic
-from t4serve.errors import PatchError
+from t4serve.errors import PatchError, T4ServeError
 from t4serve.gpus import TURING, shared_memory_per_block_optin
 from t4serve.patch.apply import find_vllm_root, read_vllm_version
 from t4serve.patch.locate import TARGET_PATH
@@ -111,3 +112,24 @@ def prove(vllm_root: str | Path | None = None, *, proof_out: str | Path | None =
         echo(f"proof written to {proof_out}")
     echo(f"Turing attention proven for vLLM {version} in {time.monotonic() - started:.1f} s")
     return proof
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m t4serve.turing.proof`: the image's proof stage runs this, with only the proof's own modules
+    installed (t4serve.turing.inputs); `t4serve attention prove` is the same with the whole CLI around it."""
+    parser = argparse.ArgumentParser(prog="python -m t4serve.turing.proof",
+                                     description="prove t4serve's Turing attention launches for sm_75")
+    parser.add_argument("--vllm-root", type=Path, help="the vllm package folder (default: the importable vllm)")
+    parser.add_argument("--proof-out", type=Path, help="write the proof (JSON) here")
+    parser.add_argument("--no-step1", dest="step1", action="store_false", help="skip step 1's FMA sweep")
+    args = parser.parse_args(argv)
+    try:
+        prove(args.vllm_root, proof_out=args.proof_out, step1=args.step1)
+    except T4ServeError as exc:
+        print(f"t4serve: {exc.message()}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

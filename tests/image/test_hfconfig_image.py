@@ -21,7 +21,7 @@ pytestmark = pytest.mark.image
 
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 from e2b_checkpoint import write_safetensors  # noqa: E402
-from family_checkpoints import GEMMA3_TEXT_DEFAULTS, write_family  # noqa: E402
+from family_checkpoints import GEMMA3_TEXT_DEFAULTS, STARCODER2_3B, write_family  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +70,62 @@ def test_a_t4_plans_gemma3_in_float32_and_says_why(docker_bin: str, image_ref: s
 
 
 def test_the_table_is_the_images_transformers(docker_bin: str, image_ref: str) -> None:
-    """data/config-defaults.json holds the image's transformers' class defaults: regenerated when it moves."""
+    """data/config-defaults.json holds the image's transformers' class defaults and, for every other model type that
+    follows one of the generic rules, the rule found by probing the image's vLLM reader: regenerated when either
+    moves. Each probed family is then read both ways on random configs unlike the probes, and must agree."""
     done = subprocess.run([docker_bin, "run", "--rm", "--network", "none", "--entrypoint", "python", image_ref, "-m",
-                           "t4serve.probes.configdefaults", "--check"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["same"] is True
+                           "t4serve.probes.configdefaults", "--check"], capture_output=True, text=True, timeout=600)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"\nconfig table: {result['probed']} probed model types, {result['cross_checked']} random configs read "
+          f"both ways, {len(result['disagree'])} disagreements")
+    assert done.returncode == 0, json.dumps(result)[:3000] + done.stderr[-3000:]
+    assert result["same"] is True and result["disagree"] == []
+    assert result["probed"] > 100 and result["cross_checked"] >= result["probed"]
+
+
+def test_a_probed_family_plans_from_the_table_as_vllms_reader_reads_it(docker_bin: str, image_ref: str,
+                                                                         tmp_path: Path) -> None:
+    """StarCoder2 is outside t4serve's hand-written rules: `plan` reads it from the table (no vLLM import), with
+    every field the sizing reads equal to what vLLM's reader gives for the published config; printed: how long a
+    fresh `t4serve plan` takes and its peak memory (the issue's goal: at most 1 s; vLLM's reader took 6.9 s)."""
+    directory = tmp_path / "starcoder2"
+    directory.mkdir(mode=0o755)
+    (directory / "config.json").write_text(json.dumps(STARCODER2_3B))
+    write_safetensors(directory / "model.safetensors", [("model.embed_tokens.weight", "F32", [49152, 3072])])
+    for path in (tmp_path, directory, *directory.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    script = """
+import json, os, statistics, subprocess, sys, time
+from t4serve.probes import configdefaults, hfconfig
+from t4serve.probes.checkpoint import CONFIG_READ_BY, probe_model
+facts = probe_model("/models/starcoder2", hf_home="/tmp", offline=True)
+reader = hfconfig.resolve(__import__("pathlib").Path("/models/starcoder2"))
+fields = configdefaults.FIELDS
+table = {k: facts.config["text"].get(k) for k in fields if facts.config["text"].get(k) is not None}
+vllm = {k: reader.text.get(k) for k in fields if reader.text.get(k) is not None}
+walls, peak = [], 0
+for _ in range(5):
+    start = time.perf_counter()
+    proc = subprocess.Popen(["t4serve", "plan", "--gpu", "t4", "--model", "/models/starcoder2", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    walls.append(time.perf_counter() - start)
+    peak = max(peak, usage.ru_maxrss)
+    assert os.waitstatus_to_exitcode(status) == 0
+print(json.dumps({"by": facts.config[CONFIG_READ_BY], "reader_by": reader.by, "table": table, "vllm": vllm,
+                  "median_s": statistics.median(walls), "peak_mib": peak / 1024}))
+"""
+    done = subprocess.run([docker_bin, "run", "--rm", "--network", "none", "-v", f"{tmp_path}:/models:ro",
+                           "--entrypoint", "python", image_ref, "-c", script],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"\nt4serve plan, StarCoder2 from the table: median {result['median_s']:.2f} s of 5 fresh processes, "
+          f"peak {result['peak_mib']:.0f} MiB")
+    assert "probed against vLLM 0.34.0's reader" in result["by"] and result["by"].endswith("(starcoder2)")
+    assert result["reader_by"].startswith("vLLM 0.34.0 get_config")
+    assert result["table"] == result["vllm"]
+    assert result["table"]["sliding_window"] == 4096 and result["table"]["num_key_value_heads"] == 2
 
 
 def test_a_model_type_outside_the_table_is_read_by_vllms_reader(docker_bin: str, image_ref: str,

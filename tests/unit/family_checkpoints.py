@@ -156,6 +156,16 @@ REPOS = {
     "qwen25": "Qwen/Qwen2.5-1.5B-Instruct",
 }
 FAMILIES = tuple(CONFIGS)
+# A family outside t4serve.probes.configdefaults.FAMILY_RULES, read through its probed rule (config.json only: no
+# tensors are written for it): bigcode/starcoder2-3b's config.json, typed from the published file (not downloaded here).
+STARCODER2_3B = {"architectures": ["Starcoder2ForCausalLM"], "attention_dropout": 0.1, "bos_token_id": 0,
+                 "embedding_dropout": 0.1, "eos_token_id": 0, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 3072,
+                 "initializer_range": 0.018042, "intermediate_size": 12288, "layer_norm_epsilon": 1e-05,
+                 "max_position_embeddings": 16384, "mlp_type": "default", "model_type": "starcoder2",
+                 "norm_epsilon": 1e-05, "norm_type": "layer_norm", "num_attention_heads": 24, "num_hidden_layers": 30,
+                 "num_key_value_heads": 2, "residual_dropout": 0.1, "rope_theta": 999999.4420358813,
+                 "sliding_window": 4096, "torch_dtype": "float32", "transformers_version": "4.37.0.dev0",
+                 "use_bias": True, "use_cache": True, "vocab_size": 49152}
 # transformers' Gemma3TextConfig defaults the published gemma-3-4b-it leaves to it (heads, head size, vocabulary).
 GEMMA3_TEXT_DEFAULTS = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208}
 

@@ -4,19 +4,21 @@ the others. In the image tests/image/test_hfconfig_image.py checks the table aga
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from e2b_checkpoint import e2b_config, write_safetensors
+from family_checkpoints import STARCODER2_3B
 from sample_facts import t4
 
 from t4serve.config.settings import Settings
 from t4serve.pipeline import ensure_model
 from t4serve.planning import kvcache
 from t4serve.planning.plan import plan
-from t4serve.probes import hfconfig
+from t4serve.probes import configdefaults, hfconfig
 from t4serve.probes.checkpoint import CONFIG_READ_BY, probe_model
 
 # A dense decoder's config.json that leaves the KV heads and head size to its class (Llama's shape, small).
@@ -142,3 +144,107 @@ def test_a_config_its_class_rules_cannot_use_is_refused_with_the_reason(tmp_path
     facts = probe_model(str(checkpoint(tmp_path / "bad", bad)), hf_home=str(tmp_path), offline=True)
     assert facts.source == "invalid" and facts.error is not None
     assert "model type qwen2: its config class cannot be built from config.json" in facts.error
+
+
+# --- families outside the table: their rule probed against vLLM's reader ---------------------------------------------
+# The reader below stands for vLLM's get_config + get_hf_text_config on a config.json (the image runs the real one:
+# `python -m t4serve.probes.configdefaults --check`, tests/image/test_hfconfig_image.py); each builds a class that
+# derives the fields its own way.
+
+
+@dataclasses.dataclass
+class LlamaLike:
+    """A config class with the defaults and derivations of transformers' LlamaConfig (head size and KV heads)."""
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    max_position_embeddings: int = 2048
+
+
+def llama_reader(written: dict[str, object]) -> dict[str, object]:
+    text = {f.name: written.get(f.name, f.default) for f in dataclasses.fields(LlamaLike)}
+    text.update({k: v for k, v in written.items() if k not in text})
+    if text["num_key_value_heads"] is None:
+        text["num_key_value_heads"] = text["num_attention_heads"]
+    if text["head_dim"] is None:
+        text["head_dim"] = int(text["hidden_size"]) // int(text["num_attention_heads"])  # type: ignore[call-overload]
+    return text
+
+
+def test_a_class_deriving_head_size_and_kv_heads_is_found_to_follow_llamas_rule() -> None:
+    assert configdefaults._probe("llamalike", LlamaLike, llama_reader) == "head-dim+kv-heads"
+
+
+def test_a_class_deriving_nothing_follows_the_defaults_rule() -> None:
+    def reader(written: dict[str, object]) -> dict[str, object]:
+        return {**{f.name: f.default for f in dataclasses.fields(LlamaLike)}, **written}
+
+    assert configdefaults._probe("plain", LlamaLike, reader) == "defaults"
+
+
+def test_a_class_refusing_explicit_nulls_is_still_probed_on_the_rest() -> None:
+    def reader(written: dict[str, object]) -> dict[str, object]:
+        if any(v is None for v in written.values()):
+            raise TypeError("Field 'num_key_value_heads' expected int, got NoneType")
+        return llama_reader(written)
+
+    assert configdefaults._probe("strict", LlamaLike, reader) == "head-dim+kv-heads"
+
+
+def test_a_class_with_its_own_derivation_is_left_to_vllms_reader() -> None:
+    def drops_window(written: dict[str, object]) -> dict[str, object]:
+        text = llama_reader(written)
+        text["sliding_window"] = None  # as Qwen2Config does without use_sliding_window
+        return text
+
+    def layers_from_count(written: dict[str, object]) -> dict[str, object]:
+        text = llama_reader(written)
+        text["layer_types"] = ["full_attention"] * int(text["num_hidden_layers"])  # type: ignore[call-overload]
+        return text
+
+    def refuses(written: dict[str, object]) -> dict[str, object]:
+        if written.get("head_dim") == 80:
+            raise ValueError("head_dim must be a power of two")
+        return llama_reader(written)
+
+    for reader in (drops_window, layers_from_count, refuses, lambda written: None):
+        assert configdefaults._probe("own", LlamaLike, reader) is None
+    assert configdefaults._probe("not-a-dataclass", object, llama_reader) is None
+
+
+def test_a_probed_family_is_filled_from_the_table_without_a_reader(tmp_path: Path) -> None:
+    """StarCoder2 is outside FAMILY_RULES; the table holds its class defaults and its probed rule, so a host without
+    vLLM or transformers plans it, and the notes say how it was read."""
+    assert "starcoder2" not in configdefaults.FAMILY_RULES
+    probed = configdefaults.table()["probed"]["starcoder2"]
+    assert probed["rule"] in configdefaults.GENERIC_RULES
+    published = dict(STARCODER2_3B)
+    directory = checkpoint(tmp_path / "starcoder2", published)
+    facts = probe_model(str(directory), hf_home=str(tmp_path), offline=True)
+    assert facts.error is None, facts.error
+    kept = facts.config
+    assert kept[CONFIG_READ_BY].startswith("t4serve's table of transformers")
+    assert "probed against vLLM" in kept[CONFIG_READ_BY] and kept[CONFIG_READ_BY].endswith("(starcoder2)")
+    assert kept["text"]["num_key_value_heads"] == 2 and kept["text"]["sliding_window"] == 4096
+
+
+def test_the_cross_check_names_each_disagreement() -> None:
+    data = {"probed": {"llamalike": {"rule": "defaults", "defaults": {}}}}
+
+    def disagreeing(written: dict[str, object]) -> dict[str, object]:
+        return {**llama_reader(written), "num_hidden_layers": 1}
+
+    original = configdefaults.table
+    configdefaults.table.cache_clear()
+    try:
+        configdefaults.table = lambda: {**original(), **data}  # type: ignore[assignment]
+        compared, disagree = configdefaults._cross_check(disagreeing, data, per_type=4)
+    finally:
+        configdefaults.table = original  # type: ignore[assignment]
+    assert compared == 4 and len(disagree) == 4
+    assert all(d.startswith("llamalike {") and "num_hidden_layers" in d for d in disagree)

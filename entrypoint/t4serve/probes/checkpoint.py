@@ -376,7 +376,7 @@ def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Pa
                 "the layer types are derived from")
     if filled is not None:
         kept["text"] = without_unset(filled)
-        kept[CONFIG_READ_BY] = f"{configdefaults.read_by()} ({model_type})"
+        kept[CONFIG_READ_BY] = f"{configdefaults.read_by(model_type)} ({model_type})"
         return None
     families = ", ".join(sorted(configdefaults.FAMILY_RULES))
     resolution = hfconfig.resolve(directory) if directory is not None else None
@@ -389,8 +389,10 @@ def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Pa
         kept[CONFIG_READ_BY] = resolution.by
         return None
     why = resolution.why_not if resolution is not None else "read from the hub, so vLLM's reader cannot open it"
+    probed = len(configdefaults.table().get("probed", {}))
     return (f"model type {model_type or '(none)'} is not among the families whose transformers config defaults "
-            f"t4serve holds ({families}), and vLLM's config reader did not read it ({why}); config.json as written "
+            f"t4serve holds ({families}) or the {probed} other model types whose rule it probed against vLLM's "
+            f"reader, and vLLM's config reader did not read it ({why}); config.json as written "
             "may differ from what vLLM plans with: run `t4serve plan` in the image, or download the checkpoint there")
 
 

@@ -12,6 +12,7 @@ table is the image's transformers and that `fill` equals vLLM's reader on every 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import cache
@@ -120,6 +121,14 @@ def _smollm3(text: dict[str, Any], written: dict[str, Any]) -> None:
                                for i in range(layers)]
 
 
+def _defaults_only(text: dict[str, Any], written: dict[str, Any]) -> None:
+    """A class that derives none of FIELDS: what config.json writes, else the class default."""
+
+
+def _head_dim_only(text: dict[str, Any], written: dict[str, Any]) -> None:
+    _head_dim(text)
+
+
 Rule = Callable[[dict[str, Any], dict[str, Any]], None]
 # The model types whose defaults and __post_init__ rules t4serve holds (transformers' class in the docstring).
 FAMILY_RULES: dict[str, Rule] = {
@@ -143,9 +152,36 @@ FAMILY_RULES: dict[str, Rule] = {
 }
 
 
+# The rules a family outside FAMILY_RULES may be found to follow (`probed` in the data file), simplest first: vLLM's
+# reader, run on PROBES for each of transformers' model types, must agree with one of them on every field of FIELDS.
+GENERIC_RULES: dict[str, Rule] = {
+    "defaults": _defaults_only,
+    "kv-heads": _kv_heads_only,
+    "head-dim": _head_dim_only,
+    "head-dim+kv-heads": _llama,
+}
+# Configs that tell the rules apart: nothing written (the class defaults); sizes without KV heads or head size (are
+# they derived?); explicit nulls (derived from a null too?); every field distinct and set (kept as written, or
+# changed: a window dropped without use_sliding_window, layer types derived from the layer count); and layer types
+# written. A class that changes any of them other than by one rule is left to vLLM's reader.
+PROBES: tuple[dict[str, Any], ...] = (
+    {},
+    {"hidden_size": 1536, "num_attention_heads": 12, "num_hidden_layers": 5, "intermediate_size": 4096},
+    {"hidden_size": 1536, "num_attention_heads": 12, "num_hidden_layers": 5, "head_dim": None,
+     "num_key_value_heads": None, "sliding_window": None, "layer_types": None},
+    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
+     "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
+     "sliding_window": 1000},
+    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
+     "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
+     "sliding_window": 1000, "layer_types": ["sliding_attention", "full_attention"] * 3 + ["full_attention"]},
+)
+
+
 @cache
 def table() -> dict[str, Any]:
-    """data/config-defaults.json: {"transformers": version, "families": {model_type: {field: default}}}."""
+    """data/config-defaults.json: {"transformers": version, "families": {model_type: {field: default}}, "vllm":
+    version, "probed": {model_type: {"rule": GENERIC_RULES key, "defaults": {field: default}}}}."""
     data: dict[str, Any] = json.loads(resources.files("t4serve").joinpath("data", DATA_FILE).read_text())
     return data
 
@@ -165,7 +201,10 @@ def fill(model_type: str, written: dict[str, Any]) -> dict[str, Any] | None:
     rule = FAMILY_RULES.get(model_type)
     defaults = table()["families"].get(model_type)
     if rule is None or defaults is None:
-        return None
+        probed = table().get("probed", {}).get(model_type)
+        if probed is None:
+            return None
+        rule, defaults = GENERIC_RULES[probed["rule"]], probed["defaults"]
     text = dict(written)
     for name, value in defaults.items():
         if name not in text:
@@ -174,37 +213,184 @@ def fill(model_type: str, written: dict[str, Any]) -> dict[str, Any] | None:
     return text
 
 
-def read_by() -> str:
+def read_by(model_type: str = "") -> str:
     """How a filled config was read, for the plan's notes."""
-    return f"t4serve's table of transformers {table()['transformers']} config-class defaults and rules"
+    by = f"t4serve's table of transformers {table()['transformers']} config-class defaults and rules"
+    if model_type not in FAMILY_RULES and model_type in table().get("probed", {}):
+        by += f", this family's rule probed against vLLM {table()['vllm']}'s reader"
+    return by
 
 
-def _from_transformers() -> dict[str, Any]:
-    """The table as the installed transformers gives it (its config classes' dataclass defaults)."""
+def _class_defaults(config_class: Any) -> dict[str, Any]:
     import dataclasses
 
-    import transformers  # type: ignore[import-not-found]
-    from transformers import CONFIG_MAPPING
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    return {name: fields[name].default for name in FIELDS
+            if name in fields and fields[name].default is not dataclasses.MISSING}
 
-    families = {}
-    for model_type in sorted(FAMILY_RULES):
-        fields = {f.name: f for f in dataclasses.fields(CONFIG_MAPPING[model_type])}
-        families[model_type] = {name: fields[name].default for name in FIELDS
-                                if name in fields and fields[name].default is not dataclasses.MISSING}
-    return {"transformers": transformers.__version__, "families": families}
+
+def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], dict[str, Any] | None]
+           ) -> str | None:
+    """The first of GENERIC_RULES that predicts, on every probe, the FIELDS vLLM's reader (`read`) gives; None when
+    none does, the reader refuses a probe, or the class is not a plain text config."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config_class):
+        return None
+    defaults = _class_defaults(config_class)
+    outcomes = []
+    for probe in PROBES:
+        written = {"model_type": model_type, **probe}
+        try:
+            got = read(written)
+        except Exception:
+            # The class refuses the probe (its own validation). Explicit nulls may be refused (vLLM would refuse such
+            # a config at start, whatever t4serve plans); any other refusal leaves the family to vLLM's reader.
+            if any(v is None for v in probe.values()):
+                continue
+            return None
+        if got is None:
+            return None
+        outcomes.append((written, {k: got[k] for k in FIELDS if k in got}))
+    for name, rule in GENERIC_RULES.items():
+        agree = True
+        for written, got in outcomes:
+            text = dict(written)
+            for field, value in defaults.items():
+                text.setdefault(field, json.loads(json.dumps(value)))
+            rule(text, written)
+            if {k: text[k] for k in FIELDS if k in text} != got:
+                agree = False
+                break
+        if agree:
+            return name
+    return None
+
+
+def _vllm_reader() -> tuple[str, Callable[[dict[str, Any]], dict[str, Any] | None], Callable[[], None]]:
+    """vLLM's get_config on a config.json written to a scratch folder, as t4serve.probes.hfconfig runs it; None
+    for a config whose text part is another object (a composite class) or has per-layer values."""
+    import logging
+    import shutil
+    import tempfile
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import transformers  # type: ignore[import-not-found]
+    import vllm
+    from vllm.transformers_utils import config as vllm_config
+    from vllm.transformers_utils.config import get_config, get_hf_text_config
+
+    from t4serve.probes import hfconfig
+
+    # One try: get_config retries a failed parse after a pause (a hub cache being refreshed); a probe's refusal is
+    # final, and hundreds of classes refuse one.
+    vllm_config.with_retry = lambda parse, *args, **kwargs: parse()
+    transformers.logging.set_verbosity(transformers.logging.CRITICAL)
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    scratch = Path(tempfile.mkdtemp(prefix="t4serve-probe-"))
+
+    def read(written: dict[str, Any]) -> dict[str, Any] | None:
+        (scratch / "config.json").write_text(json.dumps(written))
+        config = get_config(str(scratch), trust_remote_code=False)
+        text = get_hf_text_config(config)
+        if text is not config:
+            return None
+        attributes = {k: hfconfig._plain(v) for k, v in vars(text).items() if not k.startswith("_")}
+        return None if hfconfig._layer_overrides(text, attributes) else attributes
+
+    return str(vllm.__version__), read, lambda: shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _from_transformers(version: str, read: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+    """The table as the installed transformers gives it (its config classes' dataclass defaults), and every other
+    model type's rule as probed against the installed vLLM's reader (the image's venv: `--write` runs there)."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # type: ignore[import-not-found]
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    families = {model_type: _class_defaults(CONFIG_MAPPING[model_type]) for model_type in sorted(FAMILY_RULES)}
+    probed = {}
+    # vLLM's own config classes (its registry) are read by vLLM's reader, never from this table.
+    for model_type in sorted(set(CONFIG_MAPPING_NAMES) - set(FAMILY_RULES) - set(_CONFIG_REGISTRY)):
+        try:
+            config_class = CONFIG_MAPPING[model_type]
+        except Exception:  # a class transformers cannot import here (a missing optional dependency)
+            continue
+        rule = _probe(model_type, config_class, read)
+        if rule is not None:
+            probed[model_type] = {"rule": rule, "defaults": _class_defaults(config_class)}
+    return {"transformers": transformers.__version__, "families": families, "vllm": version, "probed": probed}
+
+
+def _random_config(rng: Any) -> dict[str, Any]:
+    """A config unlike the probes: sizes drawn at random, head size and KV heads written or left to the class."""
+    heads = rng.choice((4, 8, 12, 16, 20, 32))
+    head_size = rng.choice((48, 64, 96, 128))
+    config: dict[str, Any] = {
+        "hidden_size": heads * head_size, "num_attention_heads": heads, "num_hidden_layers": rng.randint(2, 40),
+        "intermediate_size": rng.randint(1, 64) * 256, "vocab_size": rng.randint(1000, 300000),
+        "max_position_embeddings": rng.choice((2048, 8192, 32768, 131072)),
+    }
+    if rng.random() < 0.5:
+        config["num_key_value_heads"] = rng.choice([d for d in range(1, heads + 1) if heads % d == 0])
+    if rng.random() < 0.5:
+        config["head_dim"] = rng.choice((64, 128, 256))
+    if rng.random() < 0.5:
+        config["sliding_window"] = rng.choice((512, 1024, 4096))
+    return config
+
+
+def _cross_check(read: Callable[[dict[str, Any]], dict[str, Any] | None], data: dict[str, Any], per_type: int = 3,
+                 seed: int = 20261206) -> tuple[int, list[str]]:
+    """Each probed model type's `fill` against vLLM's reader on `per_type` random configs (not the probes): how many
+    the reader built, and every disagreement on FIELDS."""
+    import random
+
+    rng = random.Random(seed)
+    compared, disagree = 0, []
+    for model_type in sorted(data.get("probed", {})):
+        for _ in range(per_type):
+            written = {"model_type": model_type, **_random_config(rng)}
+            try:
+                got = read(written)
+            except Exception:  # the class refuses this config: vLLM would refuse the model too
+                continue
+            if got is None:
+                disagree.append(f"{model_type}: vLLM's reader no longer reads it as a plain text config")
+                continue
+            compared += 1
+            filled = fill(model_type, written) or {}
+            want = {k: got[k] for k in FIELDS if k in got}
+            have = {k: filled[k] for k in FIELDS if k in filled}
+            if want != have:
+                diff = sorted(k for k in set(want) | set(have) if want.get(k, "absent") != have.get(k, "absent"))
+                disagree.append(f"{model_type} {json.dumps(written)}: differs in {', '.join(diff)}")
+    return compared, disagree
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`--write`: regenerate the data file from the installed transformers; `--check`: exit 1 when it differs."""
+    """`--write`: regenerate the data file from the installed transformers and vLLM (run it in the image); `--check`:
+    exit 1 when the file differs from them, or when a probed family's rule disagrees with vLLM's reader on random
+    configs."""
     args = sys.argv[1:] if argv is None else argv
     if args not in (["--write"], ["--check"]):
         print("usage: python -m t4serve.probes.configdefaults --write | --check", file=sys.stderr)
         return 2
-    fresh = _from_transformers()
-    if args == ["--check"]:
-        same = fresh == table()
-        print(json.dumps({"same": same, "installed": fresh["transformers"], "table": table()["transformers"]}))
-        return 0 if same else 1
+    version, read, done = _vllm_reader()
+    try:
+        fresh = _from_transformers(version, read)
+        if args == ["--check"]:
+            same = fresh == table()
+            compared, disagree = _cross_check(read, table())
+            print(json.dumps({"same": same, "installed": fresh["transformers"], "table": table()["transformers"],
+                              "probed": len(table().get("probed", {})), "cross_checked": compared,
+                              "disagree": disagree}))
+            return 0 if same and not disagree else 1
+    finally:
+        done()
     path = Path(str(resources.files("t4serve").joinpath("data", DATA_FILE)))
     path.write_text(json.dumps(fresh, indent=1, sort_keys=True) + "\n")
     return 0

@@ -378,7 +378,6 @@ def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Pa
         kept["text"] = without_unset(filled)
         kept[CONFIG_READ_BY] = f"{configdefaults.read_by(model_type)} ({model_type})"
         return None
-    families = ", ".join(sorted(configdefaults.FAMILY_RULES))
     resolution = hfconfig.resolve(directory) if directory is not None else None
     if resolution is not None and resolution.text is not None:
         # vLLM plans from its config class's attributes, defaults included: so does t4serve. A field config.json sets
@@ -389,10 +388,8 @@ def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Pa
         kept[CONFIG_READ_BY] = resolution.by
         return None
     why = resolution.why_not if resolution is not None else "read from the hub, so vLLM's reader cannot open it"
-    probed = len(configdefaults.table().get("probed", {}))
-    return (f"model type {model_type or '(none)'} is not among the families whose transformers config defaults "
-            f"t4serve holds ({families}) or the {probed} other model types whose rule it probed against vLLM's "
-            f"reader, and vLLM's config reader did not read it ({why}); config.json as written "
+    return (f"model type {model_type or '(none)'} is not among {configdefaults.covered()}, and vLLM's config "
+            f"reader did not read it ({why}); config.json as written "
             "may differ from what vLLM plans with: run `t4serve plan` in the image, or download the checkpoint there")
 
 

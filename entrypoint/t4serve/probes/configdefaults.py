@@ -221,6 +221,12 @@ def read_by(model_type: str = "") -> str:
     return by
 
 
+def covered() -> str:
+    """The model types read from the table, for a refusal of any other."""
+    return (f"the families whose transformers config defaults t4serve holds ({', '.join(sorted(FAMILY_RULES))}) or "
+            f"the {len(table().get('probed', {}))} other model types whose rule it probed against vLLM's reader")
+
+
 def _class_defaults(config_class: Any) -> dict[str, Any]:
     import dataclasses
 

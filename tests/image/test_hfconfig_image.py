@@ -130,17 +130,18 @@ print(json.dumps({"by": facts.config[CONFIG_READ_BY], "reader_by": reader.by, "t
 
 def test_a_model_type_outside_the_table_is_read_by_vllms_reader(docker_bin: str, image_ref: str,
                                                                    gemma3: Path) -> None:
-    """EXAONE 4 is not in t4serve's table: vLLM's get_config reads it (heads and head size from its class)."""
-    config = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "hidden_size": 1024,
+    """JetMoE is neither in t4serve's rules nor probed (no generic rule reads its class as vLLM does): vLLM's
+    get_config reads it in a child Python."""
+    config = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "hidden_size": 1024,
               "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 8,
               "vocab_size": 32000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-    other = gemma3 / "exaone4"
+    other = gemma3 / "jetmoe"
     other.mkdir(mode=0o755)
     (other / "config.json").write_text(json.dumps(config))
     write_safetensors(other / "model.safetensors", [("model.embed_tokens.weight", "BF16", [32000, 1024])])
     for path in (other, *other.iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
-    done = run_plan(docker_bin, image_ref, gemma3, "--gpu", "t4", "--json", model="exaone4")
+    done = run_plan(docker_bin, image_ref, gemma3, "--gpu", "t4", "--json", model="jetmoe")
     assert done.returncode == 0, done.stderr[-3000:]
     notes = json.loads(done.stdout)["plan"]["sizing"]["notes"]
     assert any(n.startswith("model config read as vLLM reads it: vLLM 0.34.0 get_config") for n in notes), notes

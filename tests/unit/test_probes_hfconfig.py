@@ -104,10 +104,12 @@ def test_qwen25s_disabled_window_is_not_applied(tmp_path: Path) -> None:
 
 
 def test_a_family_outside_the_table_is_refused_by_name_without_a_reader(tmp_path: Path) -> None:
-    other = dict(SPARSE_LLAMA, model_type="exaone4", architectures=["Exaone4ForCausalLM"])
+    other = dict(SPARSE_LLAMA, model_type="jetmoe", architectures=["JetMoeForCausalLM"])
+    assert "jetmoe" not in configdefaults.table()["probed"]  # no generic rule reads its class as vLLM does
     facts = probe_model(str(checkpoint(tmp_path / "x", other)), hf_home=str(tmp_path), offline=True)
     assert facts.source == "invalid" and facts.error is not None
-    assert "model type exaone4 is not among the families" in facts.error and "gemma3_text" in facts.error
+    assert "model type jetmoe is not among the families" in facts.error and "gemma3_text" in facts.error
+    assert "other model types whose rule it probed against vLLM's reader" in facts.error
     assert "run `t4serve plan` in the image" in facts.error
 
 
@@ -176,15 +178,22 @@ def llama_reader(written: dict[str, object]) -> dict[str, object]:
     return text
 
 
-def test_a_class_deriving_head_size_and_kv_heads_is_found_to_follow_llamas_rule() -> None:
-    assert configdefaults._probe("llamalike", LlamaLike, llama_reader) == "head-dim+kv-heads"
+def rule_of(model_type: str, reader: object) -> str | None:
+    entry = configdefaults._probe(model_type, LlamaLike, reader)  # type: ignore[arg-type]
+    if entry is None:
+        return None
+    assert entry["defaults"] == configdefaults._class_defaults(LlamaLike)
+    return f"{entry['rule']} {entry['period']}" if "period" in entry else str(entry["rule"])
 
 
-def test_a_class_deriving_nothing_follows_the_defaults_rule() -> None:
-    def reader(written: dict[str, object]) -> dict[str, object]:
+def test_head_size_and_kv_heads_derived_or_not_read_the_same_as_the_planner_reads_them() -> None:
+    """LlamaConfig derives them; a class that leaves them out gets the same from the planner (hidden / heads, the
+    attention heads): both follow the defaults rule."""
+    def leaves_them_out(written: dict[str, object]) -> dict[str, object]:
         return {**{f.name: f.default for f in dataclasses.fields(LlamaLike)}, **written}
 
-    assert configdefaults._probe("plain", LlamaLike, reader) == "defaults"
+    assert rule_of("llamalike", llama_reader) == "defaults"
+    assert rule_of("plain", leaves_them_out) == "defaults"
 
 
 def test_a_class_refusing_explicit_nulls_is_still_probed_on_the_rest() -> None:
@@ -193,18 +202,43 @@ def test_a_class_refusing_explicit_nulls_is_still_probed_on_the_rest() -> None:
             raise TypeError("Field 'num_key_value_heads' expected int, got NoneType")
         return llama_reader(written)
 
-    assert configdefaults._probe("strict", LlamaLike, reader) == "head-dim+kv-heads"
+    assert rule_of("strict", reader) == "defaults"
+
+
+def test_layer_types_in_a_pattern_are_found_with_their_period() -> None:
+    def every_fourth_full(written: dict[str, object]) -> dict[str, object]:
+        text = llama_reader(written)
+        if text.get("layer_types") is None:
+            pattern = int(written.get("sliding_window_pattern") or 4)  # type: ignore[call-overload]
+            text["layer_types"] = ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                   for i in range(int(text["num_hidden_layers"]))]  # type: ignore[call-overload]
+        return text
+
+    def all_full(written: dict[str, object]) -> dict[str, object]:
+        text = llama_reader(written)
+        if text.get("layer_types") is None:
+            text["layer_types"] = ["full_attention"] * int(text["num_hidden_layers"])  # type: ignore[call-overload]
+        return text
+
+    def window_gated(written: dict[str, object]) -> dict[str, object]:
+        text = llama_reader(written)
+        text["sliding_window"] = text.get("sliding_window") if written.get("use_sliding_window") else None
+        return text
+
+    assert rule_of("every-fourth", every_fourth_full) == "periodic 4"
+    assert rule_of("all-full", all_full) == "all-full"
+    assert rule_of("gated", window_gated) == "window-gated"
 
 
 def test_a_class_with_its_own_derivation_is_left_to_vllms_reader() -> None:
     def drops_window(written: dict[str, object]) -> dict[str, object]:
         text = llama_reader(written)
-        text["sliding_window"] = None  # as Qwen2Config does without use_sliding_window
+        text["sliding_window"] = None  # even with use_sliding_window
         return text
 
     def layers_from_count(written: dict[str, object]) -> dict[str, object]:
         text = llama_reader(written)
-        text["layer_types"] = ["full_attention"] * int(text["num_hidden_layers"])  # type: ignore[call-overload]
+        text["layer_types"] = ["full_attention"] + ["sliding_attention"] * (int(text["num_hidden_layers"]) - 1)  # type: ignore[call-overload]
         return text
 
     def refuses(written: dict[str, object]) -> dict[str, object]:
@@ -213,7 +247,7 @@ def test_a_class_with_its_own_derivation_is_left_to_vllms_reader() -> None:
         return llama_reader(written)
 
     for reader in (drops_window, layers_from_count, refuses, lambda written: None):
-        assert configdefaults._probe("own", LlamaLike, reader) is None
+        assert rule_of("own", reader) is None
     assert configdefaults._probe("not-a-dataclass", object, llama_reader) is None
 
 
@@ -222,7 +256,7 @@ def test_a_probed_family_is_filled_from_the_table_without_a_reader(tmp_path: Pat
     vLLM or transformers plans it, and the notes say how it was read."""
     assert "starcoder2" not in configdefaults.FAMILY_RULES
     probed = configdefaults.table()["probed"]["starcoder2"]
-    assert probed["rule"] in configdefaults.GENERIC_RULES
+    assert probed["rule"] == "defaults"
     published = dict(STARCODER2_3B)
     directory = checkpoint(tmp_path / "starcoder2", published)
     facts = probe_model(str(directory), hf_home=str(tmp_path), offline=True)

@@ -125,10 +125,6 @@ def _defaults_only(text: dict[str, Any], written: dict[str, Any]) -> None:
     """A class that derives none of FIELDS: what config.json writes, else the class default."""
 
 
-def _head_dim_only(text: dict[str, Any], written: dict[str, Any]) -> None:
-    _head_dim(text)
-
-
 Rule = Callable[[dict[str, Any], dict[str, Any]], None]
 # The model types whose defaults and __post_init__ rules t4serve holds (transformers' class in the docstring).
 FAMILY_RULES: dict[str, Rule] = {
@@ -152,18 +148,64 @@ FAMILY_RULES: dict[str, Rule] = {
 }
 
 
+def _window_gated(text: dict[str, Any], written: dict[str, Any]) -> None:
+    """Qwen2MoeConfig, Qwen3MoeConfig and the like: the window only with use_sliding_window, layer types untouched."""
+    text["sliding_window"] = text.get("sliding_window") if text.get("use_sliding_window") else None
+
+
+def _all_full(text: dict[str, Any], written: dict[str, Any]) -> None:
+    """Every layer attends fully unless layer_types says otherwise."""
+    if text.get("layer_types") is None:
+        text["layer_types"] = ["full_attention"] * int(text["num_hidden_layers"])
+
+
+def _periodic(period: int) -> Rule:
+    """Layer types in a repeating pattern: `period - 1` sliding layers, then a full one (Cohere2Config, Olmo3Config,
+    Exaone4Config: the period is the class's, or config.json's `sliding_window_pattern`)."""
+
+    def rule(text: dict[str, Any], written: dict[str, Any]) -> None:
+        if text.get("layer_types") is None:
+            pattern = int(written.get("sliding_window_pattern") or period)
+            text["layer_types"] = ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                   for i in range(int(text["num_hidden_layers"]))]
+
+    return rule
+
+
 # The rules a family outside FAMILY_RULES may be found to follow (`probed` in the data file), simplest first: vLLM's
-# reader, run on PROBES for each of transformers' model types, must agree with one of them on every field of FIELDS.
+# reader, run on PROBES for each of transformers' model types, must agree with one of them, as the planner reads the
+# fields (as_planned), on every probe. "periodic" carries its period in the entry.
 GENERIC_RULES: dict[str, Rule] = {
     "defaults": _defaults_only,
-    "kv-heads": _kv_heads_only,
-    "head-dim": _head_dim_only,
-    "head-dim+kv-heads": _llama,
+    "window-gated": _window_gated,
+    "qwen": _qwen,
+    "all-full": _all_full,
 }
+
+
+def generic_rule(entry: dict[str, Any]) -> Rule:
+    """The rule of a `probed` entry of the data file."""
+    if entry["rule"] == "periodic":
+        return _periodic(int(entry["period"]))
+    return GENERIC_RULES[entry["rule"]]
+
+
+def as_planned(text: dict[str, Any]) -> dict[str, Any]:
+    """FIELDS as t4serve's planner reads them (planning.kvcache.layer_heads): a head size left out is hidden / heads,
+    KV heads left out are the attention heads, and a null is the same as a field left out."""
+    out = {k: text[k] for k in FIELDS if text.get(k) is not None}
+    hidden, heads = out.get("hidden_size"), out.get("num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        out.setdefault("head_dim", hidden // heads)
+        out.setdefault("num_key_value_heads", heads)
+    return out
+
+
 # Configs that tell the rules apart: nothing written (the class defaults); sizes without KV heads or head size (are
 # they derived?); explicit nulls (derived from a null too?); every field distinct and set (kept as written, or
-# changed: a window dropped without use_sliding_window, layer types derived from the layer count); and layer types
-# written. A class that changes any of them other than by one rule is left to vLLM's reader.
+# changed: a window dropped without use_sliding_window, layer types derived from the layer count); layer types
+# written; and the window asked for with use_sliding_window. A class that changes any of them other than by one rule
+# is left to vLLM's reader.
 PROBES: tuple[dict[str, Any], ...] = (
     {},
     {"hidden_size": 1536, "num_attention_heads": 12, "num_hidden_layers": 5, "intermediate_size": 4096},
@@ -175,13 +217,17 @@ PROBES: tuple[dict[str, Any], ...] = (
     {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
      "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
      "sliding_window": 1000, "layer_types": ["sliding_attention", "full_attention"] * 3 + ["full_attention"]},
+    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
+     "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
+     "sliding_window": 1000, "use_sliding_window": True},
 )
 
 
 @cache
 def table() -> dict[str, Any]:
     """data/config-defaults.json: {"transformers": version, "families": {model_type: {field: default}}, "vllm":
-    version, "probed": {model_type: {"rule": GENERIC_RULES key, "defaults": {field: default}}}}."""
+    version, "probed": {model_type: {"rule": GENERIC_RULES key or "periodic", "period": n (periodic only),
+    "defaults": {field: default}}}}."""
     data: dict[str, Any] = json.loads(resources.files("t4serve").joinpath("data", DATA_FILE).read_text())
     return data
 
@@ -204,7 +250,7 @@ def fill(model_type: str, written: dict[str, Any]) -> dict[str, Any] | None:
         probed = table().get("probed", {}).get(model_type)
         if probed is None:
             return None
-        rule, defaults = GENERIC_RULES[probed["rule"]], probed["defaults"]
+        rule, defaults = generic_rule(probed), probed["defaults"]
     text = dict(written)
     for name, value in defaults.items():
         if name not in text:
@@ -236,9 +282,10 @@ def _class_defaults(config_class: Any) -> dict[str, Any]:
 
 
 def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], dict[str, Any] | None]
-           ) -> str | None:
-    """The first of GENERIC_RULES that predicts, on every probe, the FIELDS vLLM's reader (`read`) gives; None when
-    none does, the reader refuses a probe, or the class is not a plain text config."""
+           ) -> dict[str, Any] | None:
+    """The `probed` entry of the first rule (GENERIC_RULES, then a period the class's own layer types show) that
+    predicts, on every probe, the fields vLLM's reader (`read`) gives as the planner reads them; None when none does,
+    the reader refuses a probe, or the class is not a plain text config."""
     import dataclasses
 
     if not dataclasses.is_dataclass(config_class):
@@ -257,19 +304,28 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
             return None
         if got is None:
             return None
-        outcomes.append((written, {k: got[k] for k in FIELDS if k in got}))
-    for name, rule in GENERIC_RULES.items():
+        outcomes.append((written, as_planned(got)))
+    candidates: list[dict[str, Any]] = [{"rule": name} for name in GENERIC_RULES]
+    shown = outcomes[0][1].get("layer_types") if outcomes else None
+    if isinstance(shown, list) and "full_attention" in shown and shown.index("full_attention") > 0:
+        candidates.append({"rule": "periodic", "period": shown.index("full_attention") + 1})
+    for entry in candidates:
+        rule = generic_rule(entry)
         agree = True
         for written, got in outcomes:
             text = dict(written)
             for field, value in defaults.items():
                 text.setdefault(field, json.loads(json.dumps(value)))
-            rule(text, written)
-            if {k: text[k] for k in FIELDS if k in text} != got:
+            try:
+                rule(text, written)
+            except (TypeError, ValueError, KeyError, ZeroDivisionError):
+                agree = False
+                break
+            if as_planned(text) != got:
                 agree = False
                 break
         if agree:
-            return name
+            return {**entry, "defaults": defaults}
     return None
 
 
@@ -325,9 +381,9 @@ def _from_transformers(version: str, read: Callable[[dict[str, Any]], dict[str, 
             config_class = CONFIG_MAPPING[model_type]
         except Exception:  # a class transformers cannot import here (a missing optional dependency)
             continue
-        rule = _probe(model_type, config_class, read)
-        if rule is not None:
-            probed[model_type] = {"rule": rule, "defaults": _class_defaults(config_class)}
+        entry = _probe(model_type, config_class, read)
+        if entry is not None:
+            probed[model_type] = entry
     return {"transformers": transformers.__version__, "families": families, "vllm": version, "probed": probed}
 
 
@@ -346,6 +402,8 @@ def _random_config(rng: Any) -> dict[str, Any]:
         config["head_dim"] = rng.choice((64, 128, 256))
     if rng.random() < 0.5:
         config["sliding_window"] = rng.choice((512, 1024, 4096))
+        if rng.random() < 0.5:
+            config["use_sliding_window"] = True
     return config
 
 
@@ -368,9 +426,12 @@ def _cross_check(read: Callable[[dict[str, Any]], dict[str, Any] | None], data: 
                 disagree.append(f"{model_type}: vLLM's reader no longer reads it as a plain text config")
                 continue
             compared += 1
-            filled = fill(model_type, written) or {}
-            want = {k: got[k] for k in FIELDS if k in got}
-            have = {k: filled[k] for k in FIELDS if k in filled}
+            try:
+                filled = fill(model_type, written) or {}
+            except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+                disagree.append(f"{model_type} {json.dumps(written)}: the rule fails ({exc})")
+                continue
+            want, have = as_planned(got), as_planned(filled)
             if want != have:
                 diff = sorted(k for k in set(want) | set(have) if want.get(k, "absent") != have.get(k, "absent"))
                 disagree.append(f"{model_type} {json.dumps(written)}: differs in {', '.join(diff)}")

@@ -153,6 +153,14 @@ def _window_gated(text: dict[str, Any], written: dict[str, Any]) -> None:
     text["sliding_window"] = text.get("sliding_window") if text.get("use_sliding_window") else None
 
 
+def _slides_from_max_window_layers(text: dict[str, Any], written: dict[str, Any]) -> None:
+    """Qwen's layer types without its window gate: with a window, layers from max_window_layers on slide."""
+    if text.get("layer_types") is None:
+        window, first = text.get("sliding_window"), int(text.get("max_window_layers") or 0)
+        text["layer_types"] = ["sliding_attention" if window is not None and i >= first else "full_attention"
+                               for i in range(int(text["num_hidden_layers"]))]
+
+
 def _all_full(text: dict[str, Any], written: dict[str, Any]) -> None:
     """Every layer attends fully unless layer_types says otherwise."""
     if text.get("layer_types") is None:
@@ -179,6 +187,7 @@ GENERIC_RULES: dict[str, Rule] = {
     "defaults": _defaults_only,
     "window-gated": _window_gated,
     "qwen": _qwen,
+    "slides-from-max-window-layers": _slides_from_max_window_layers,
     "all-full": _all_full,
 }
 
@@ -202,25 +211,31 @@ def as_planned(text: dict[str, Any]) -> dict[str, Any]:
 
 
 # Configs that tell the rules apart: nothing written (the class defaults); sizes without KV heads or head size (are
-# they derived?); explicit nulls (derived from a null too?); every field distinct and set (kept as written, or
-# changed: a window dropped without use_sliding_window, layer types derived from the layer count); layer types
-# written; and the window asked for with use_sliding_window. A class that changes any of them other than by one rule
-# is left to vLLM's reader.
+# they derived?); explicit nulls (derived from a null too?); every field distinct and set, on more layers than
+# max_window_layers' usual 28 (kept as written, or changed: a window dropped without use_sliding_window, layer types
+# derived from the layer count); layer types written; and the window asked for with use_sliding_window (an unusual
+# head size, 1320 / 12 = 110, so that a size the class computes otherwise does not match by chance). Then PROBE_RANDOM
+# random configs per type (a seed of its own, not the cross-check's). A class that changes any of them other than by
+# one rule is left to vLLM's reader.
 PROBES: tuple[dict[str, Any], ...] = (
     {},
-    {"hidden_size": 1536, "num_attention_heads": 12, "num_hidden_layers": 5, "intermediate_size": 4096},
-    {"hidden_size": 1536, "num_attention_heads": 12, "num_hidden_layers": 5, "head_dim": None,
+    {"hidden_size": 1320, "num_attention_heads": 12, "num_hidden_layers": 5, "intermediate_size": 4096},
+    {"hidden_size": 1320, "num_attention_heads": 12, "num_hidden_layers": 5, "head_dim": None,
      "num_key_value_heads": None, "sliding_window": None, "layer_types": None},
-    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
+    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 41, "num_attention_heads": 16,
      "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
      "sliding_window": 1000},
     {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
      "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
      "sliding_window": 1000, "layer_types": ["sliding_attention", "full_attention"] * 3 + ["full_attention"]},
-    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 7, "num_attention_heads": 16,
+    {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 41, "num_attention_heads": 16,
      "num_key_value_heads": 4, "head_dim": 80, "vocab_size": 32123, "max_position_embeddings": 5000,
      "sliding_window": 1000, "use_sliding_window": True},
 )
+
+
+PROBE_RANDOM = 8
+PROBE_SEED = 1
 
 
 @cache
@@ -291,15 +306,19 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
     if not dataclasses.is_dataclass(config_class):
         return None
     defaults = _class_defaults(config_class)
+    import random
+
+    rng = random.Random(f"{PROBE_SEED}:{model_type}")
     outcomes = []
-    for probe in PROBES:
+    for index, probe in enumerate([*PROBES, *(_random_config(rng) for _ in range(PROBE_RANDOM))]):
         written = {"model_type": model_type, **probe}
         try:
             got = read(written)
         except Exception:
             # The class refuses the probe (its own validation). Explicit nulls may be refused (vLLM would refuse such
-            # a config at start, whatever t4serve plans); any other refusal leaves the family to vLLM's reader.
-            if any(v is None for v in probe.values()):
+            # a config at start, whatever t4serve plans), and so may a random config; any other refusal leaves the
+            # family to vLLM's reader.
+            if any(v is None for v in probe.values()) or index >= len(PROBES):
                 continue
             return None
         if got is None:

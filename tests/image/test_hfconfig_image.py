@@ -145,3 +145,32 @@ def test_a_model_type_outside_the_table_is_read_by_vllms_reader(docker_bin: str,
     assert done.returncode == 0, done.stderr[-3000:]
     notes = json.loads(done.stdout)["plan"]["sizing"]["notes"]
     assert any(n.startswith("model config read as vLLM reads it: vLLM 0.34.0 get_config") for n in notes), notes
+
+
+@pytest.mark.parametrize(("family", "config", "read_by", "block"), [
+    # GPT-2 from the table: its entry maps n_embd, n_layer and n_head; 12 layers x 12 KV heads x 64 x 2 x 2 B x 16.
+    ("gpt2", {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
+              "n_positions": 1024, "vocab_size": 50257}, "t4serve's table", "block = 589,824 B"),
+    # GPT-BigCode (SantaCoder's shape) through vLLM's reader: its class derives one KV head from multi_query, which
+    # no generic rule holds; 24 layers x 1 x 128 x 2 x 2 B x 16.
+    ("gpt_bigcode", {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "n_embd": 2048,
+                     "n_head": 16, "n_layer": 24, "n_positions": 2048, "n_inner": 8192, "multi_query": True,
+                     "vocab_size": 49280}, "vLLM 0.34.0 get_config", "block = 196,608 B"),
+])
+def test_a_class_with_names_of_its_own_is_planned_by_the_standard_names(
+        docker_bin: str, image_ref: str, tmp_path: Path, family: str, config: dict[str, Any], read_by: str,
+        block: str) -> None:
+    """A config.json that writes n_embd, n_layer and n_head (GPT-2, GPT-BigCode) is read by the names the planner
+    reads, whichever reader reads it (before, the reader's copy lacked them and the plan refused the model)."""
+    directory = tmp_path / family
+    directory.mkdir(mode=0o755)
+    (directory / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}))
+    write_safetensors(directory / "model.safetensors",
+                      [("transformer.wte.weight", "F32", [config["vocab_size"], config["n_embd"]])])
+    for path in (tmp_path, directory, *directory.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    done = run_plan(docker_bin, image_ref, tmp_path, "--gpu", "t4", "--json", model=family)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sizing = json.loads(done.stdout)["plan"]["sizing"]
+    assert any(n.startswith(f"model config read as vLLM reads it: {read_by}") for n in sizing["notes"]), sizing["notes"]
+    assert block in sizing["concurrency"]["how"], sizing["concurrency"]["how"]

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from e2b_checkpoint import e2b_config, write_safetensors
 from family_checkpoints import STARCODER2_3B
@@ -282,3 +283,37 @@ def test_the_cross_check_names_each_disagreement() -> None:
         configdefaults.table = original  # type: ignore[assignment]
     assert compared == 4 and len(disagree) == 4
     assert all(d.startswith("llamalike {") and "num_hidden_layers" in d for d in disagree)
+
+
+class NamesOfItsOwn:
+    """Stands for a transformers config class with `attribute_map` (GPT2Config): standard names read through to its
+    own."""
+
+    attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
+                                               "num_attention_heads": "n_head"}
+
+    def __init__(self) -> None:
+        self.n_embd, self.n_layer, self.n_head, self.vocab_size = 768, 12, 12, 50257
+
+    def __getattr__(self, name: str) -> object:
+        if name in type(self).attribute_map:
+            return getattr(self, type(self).attribute_map[name])
+        raise AttributeError(name)
+
+
+def test_the_readers_attributes_carry_the_standard_names_a_class_maps() -> None:
+    attributes = hfconfig.config_attributes(NamesOfItsOwn())
+    assert attributes["hidden_size"] == 768 and attributes["num_hidden_layers"] == 12
+    assert attributes["num_attention_heads"] == 12 and attributes["n_embd"] == 768
+
+
+def test_a_probed_family_with_names_of_its_own_is_read_from_them(tmp_path: Path) -> None:
+    """GPT-2's config.json writes n_embd, n_layer, n_head: the table's entry maps them to the planner's names."""
+    assert configdefaults.table()["probed"]["gpt2"]["renames"]["hidden_size"] == "n_embd"
+    gpt2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
+            "n_positions": 1024, "vocab_size": 50257}
+    facts = probe_model(str(checkpoint(tmp_path / "gpt2", gpt2)), hf_home=str(tmp_path), offline=True)
+    assert facts.error is None, facts.error
+    text = facts.config["text"]
+    assert (text["hidden_size"], text["num_hidden_layers"], text["num_attention_heads"]) == (768, 12, 12)
+    assert text["max_position_embeddings"] == 1024

@@ -242,7 +242,7 @@ PROBE_SEED = 1
 def table() -> dict[str, Any]:
     """data/config-defaults.json: {"transformers": version, "families": {model_type: {field: default}}, "vllm":
     version, "probed": {model_type: {"rule": GENERIC_RULES key or "periodic", "period": n (periodic only),
-    "defaults": {field: default}}}}."""
+    "defaults": {field: default}, "renames": {field: the class's own name} (where it has them)}}}."""
     data: dict[str, Any] = json.loads(resources.files("t4serve").joinpath("data", DATA_FILE).read_text())
     return data
 
@@ -266,6 +266,8 @@ def fill(model_type: str, written: dict[str, Any]) -> dict[str, Any] | None:
         if probed is None:
             return None
         rule, defaults = generic_rule(probed), probed["defaults"]
+        written = {**{standard: written[own] for standard, own in probed.get("renames", {}).items()
+                      if standard not in written and own in written}, **written}
     text = dict(written)
     for name, value in defaults.items():
         if name not in text:
@@ -296,6 +298,24 @@ def _class_defaults(config_class: Any) -> dict[str, Any]:
             if name in fields and fields[name].default is not dataclasses.MISSING}
 
 
+def _renames(config_class: Any) -> dict[str, str]:
+    """The standard names of FIELDS the class keeps under its own (`attribute_map`), standard name -> its name."""
+    mapping = getattr(config_class, "attribute_map", None) or {}
+    return {k: v for k, v in mapping.items() if k in FIELDS and isinstance(v, str) and v != k}
+
+
+def _own_defaults(config_class: Any) -> dict[str, Any]:
+    """A probed class's defaults of FIELDS, those it keeps under its own names (GPT-2's `n_embd`) included."""
+    import dataclasses
+
+    defaults = _class_defaults(config_class)
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    for standard, own in _renames(config_class).items():
+        if standard not in defaults and own in fields and fields[own].default is not dataclasses.MISSING:
+            defaults[standard] = fields[own].default
+    return defaults
+
+
 def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], dict[str, Any] | None]
            ) -> dict[str, Any] | None:
     """The `probed` entry of the first rule (GENERIC_RULES, then a period the class's own layer types show) that
@@ -305,12 +325,15 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
 
     if not dataclasses.is_dataclass(config_class):
         return None
-    defaults = _class_defaults(config_class)
+    defaults = _own_defaults(config_class)
+    renames = _renames(config_class)
     import random
 
     rng = random.Random(f"{PROBE_SEED}:{model_type}")
     outcomes = []
-    for index, probe in enumerate([*PROBES, *(_random_config(rng) for _ in range(PROBE_RANDOM))]):
+    # A class with names of its own is read from a config.json that writes them (GPT-2's n_embd), as its own are.
+    own_names = [{renames.get(k, k): v for k, v in probe.items()} for probe in PROBES[1:]] if renames else []
+    for index, probe in enumerate([*PROBES, *(_random_config(rng) for _ in range(PROBE_RANDOM)), *own_names]):
         written = {"model_type": model_type, **probe}
         try:
             got = read(written)
@@ -332,7 +355,7 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
         rule = generic_rule(entry)
         agree = True
         for written, got in outcomes:
-            text = dict(written)
+            text = {**{k: written[v] for k, v in renames.items() if k not in written and v in written}, **written}
             for field, value in defaults.items():
                 text.setdefault(field, json.loads(json.dumps(value)))
             try:
@@ -344,7 +367,7 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
                 agree = False
                 break
         if agree:
-            return {**entry, "defaults": defaults}
+            return {**entry, "defaults": defaults, **({"renames": renames} if renames else {})}
     return None
 
 
@@ -378,7 +401,7 @@ def _vllm_reader() -> tuple[str, Callable[[dict[str, Any]], dict[str, Any] | Non
         text = get_hf_text_config(config)
         if text is not config:
             return None
-        attributes = {k: hfconfig._plain(v) for k, v in vars(text).items() if not k.startswith("_")}
+        attributes = hfconfig.config_attributes(text)
         return None if hfconfig._layer_overrides(text, attributes) else attributes
 
     return str(vllm.__version__), read, lambda: shutil.rmtree(scratch, ignore_errors=True)
@@ -434,9 +457,13 @@ def _cross_check(read: Callable[[dict[str, Any]], dict[str, Any] | None], data: 
 
     rng = random.Random(seed)
     compared, disagree = 0, []
-    for model_type in sorted(data.get("probed", {})):
-        for _ in range(per_type):
-            written = {"model_type": model_type, **_random_config(rng)}
+    for model_type, entry in sorted(data.get("probed", {}).items()):
+        renames = entry.get("renames", {})
+        configs = [_random_config(rng) for _ in range(per_type)]
+        # A class with names of its own: each config also as written with them.
+        configs += [{renames.get(k, k): v for k, v in c.items()} for c in configs] if renames else []
+        for config in configs:
+            written = {"model_type": model_type, **config}
             try:
                 got = read(written)
             except Exception:  # the class refuses this config: vLLM would refuse the model too

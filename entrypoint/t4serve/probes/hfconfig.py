@@ -114,11 +114,24 @@ def _read(directory: str) -> dict[str, Any]:
         import transformers
 
         by = f"vLLM {vllm.__version__} get_config (transformers {transformers.__version__} {type(text).__name__})"
-    attributes = {k: _plain(v) for k, v in vars(text).items() if not k.startswith("_")}
+    attributes = config_attributes(text)
     overrides = _layer_overrides(text, attributes)
     if overrides:
         attributes[LAYER_OVERRIDES] = overrides
     return {"by": by, "text": attributes}
+
+
+def config_attributes(text: Any) -> dict[str, Any]:
+    """A config object's plain attributes, and the standard names its class maps to its own (`attribute_map`: GPT-2's
+    and GPT-BigCode's `n_embd` is `hidden_size`, `n_layer` is `num_hidden_layers`), as vLLM reads them (getattr)."""
+    attributes = {k: _plain(v) for k, v in vars(text).items() if not k.startswith("_")}
+    for standard in getattr(type(text), "attribute_map", None) or {}:
+        if isinstance(standard, str) and standard not in attributes:
+            try:
+                attributes[standard] = _plain(getattr(text, standard))
+            except AttributeError:
+                continue
+    return attributes
 
 
 def _layer_overrides(text: Any, attributes: dict[str, Any]) -> list[dict[str, Any]] | None:

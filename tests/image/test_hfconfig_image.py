@@ -174,3 +174,26 @@ def test_a_class_with_names_of_its_own_is_planned_by_the_standard_names(
     sizing = json.loads(done.stdout)["plan"]["sizing"]
     assert any(n.startswith(f"model config read as vLLM reads it: {read_by}") for n in sizing["notes"]), sizing["notes"]
     assert block in sizing["concurrency"]["how"], sizing["concurrency"]["how"]
+
+
+def test_qwen15_moes_window_of_0_is_no_window(docker_bin: str, image_ref: str, tmp_path: Path) -> None:
+    """Qwen/Qwen1.5-MoE-A2.7B's config.json (typed from the published file): vLLM's reader gives sliding_window 0
+    (Qwen2MoeConfig without use_sliding_window), which vLLM's ModelConfig makes None; the plan reads it so, where it
+    used to refuse the model as out of range. 24 layers x 16 KV heads x 128 x 2 x 2 B x 16 tokens a block."""
+    config = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+              "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24, "num_experts": 60,
+              "num_experts_per_tok": 4, "vocab_size": 151936, "max_position_embeddings": 8192,
+              "sliding_window": 32768, "use_sliding_window": False, "max_window_layers": 21,
+              "torch_dtype": "bfloat16"}
+    directory = tmp_path / "qwen15moe"
+    directory.mkdir(mode=0o755)
+    (directory / "config.json").write_text(json.dumps(config))
+    write_safetensors(directory / "model.safetensors", [("model.embed_tokens.weight", "BF16", [151936, 2048])])
+    for path in (tmp_path, directory, *directory.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    done = run_plan(docker_bin, image_ref, tmp_path, "--gpu", "t4", "--json", "--max-model-len", "4096",
+                    model="qwen15moe")
+    assert done.returncode == 0, done.stderr[-3000:]
+    how = json.loads(done.stdout)["plan"]["sizing"]["concurrency"]["how"]
+    assert "block = 3,145,728 B" in how and "sliding" not in how, how

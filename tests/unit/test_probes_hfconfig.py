@@ -317,3 +317,17 @@ def test_a_probed_family_with_names_of_its_own_is_read_from_them(tmp_path: Path)
     text = facts.config["text"]
     assert (text["hidden_size"], text["num_hidden_layers"], text["num_attention_heads"]) == (768, 12, 12)
     assert text["max_position_embeddings"] == 1024
+
+
+def test_a_window_of_0_is_no_window_as_vllm_reads_it(tmp_path: Path) -> None:
+    """vLLM's ModelConfig turns sliding_window 0 into None (transformers' Qwen2MoeConfig and some checkpoints write
+    0): the probe reads it as no window rather than refuse it as out of range, and every layer is full."""
+    zero = dict(SPARSE_LLAMA, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=0)
+    facts = probe_model(str(checkpoint(tmp_path / "zero", zero)), hf_home=str(tmp_path), offline=True)
+    assert facts.error is None, facts.error
+    assert "sliding_window" not in facts.config["text"]
+    assert [s.kind for s in kvcache.kv_cache_specs(facts.config["text"], 2)] == ["full"] * 8
+    # A negative window is still refused, by name.
+    negative = dict(zero, sliding_window=-1)
+    facts = probe_model(str(checkpoint(tmp_path / "negative", negative)), hf_home=str(tmp_path), offline=True)
+    assert facts.source == "invalid" and facts.error is not None and "sliding_window" in facts.error

@@ -336,8 +336,7 @@ def planning_config(config: dict[str, Any]) -> dict[str, Any]:
     # A flat (text-only) config keeps its text fields at the top level.
     keep["text"] = dict(text) if isinstance(text, dict) else {k: v for k, v in config.items() if k not in (
         "vision_config", "audio_config", "quantization_config")}
-    # A number set to null means "not set": the planner's defaults apply, as for a key left out.
-    keep["text"] = {k: v for k, v in keep["text"].items() if not (k in TEXT_INTS and v is None)}
+    keep["text"] = without_unset(keep["text"])
     for tower in ("vision_config", "audio_config"):
         if isinstance(config.get(tower), dict):
             keep[tower.removesuffix("_config")] = config[tower]
@@ -353,8 +352,10 @@ def written_text(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def without_unset(text: dict[str, Any]) -> dict[str, Any]:
-    """A number set to null means "not set": the planner's defaults apply, as for a key left out."""
-    return {k: v for k, v in text.items() if not (k in TEXT_INTS and v is None)}
+    """A number set to null means "not set": the planner's defaults apply, as for a key left out. A sliding_window of
+    0 is no window: vLLM's ModelConfig makes it None (transformers' Qwen2MoeConfig, and some checkpoints, set 0)."""
+    return {k: v for k, v in text.items()
+            if not (k in TEXT_INTS and (v is None or (k == "sliding_window" and type(v) is int and v == 0)))}
 
 
 def read_text_config(config: dict[str, Any], kept: dict[str, Any], directory: Path | None) -> str | None:

@@ -265,9 +265,16 @@ def fill(model_type: str, written: dict[str, Any]) -> dict[str, Any] | None:
         probed = table().get("probed", {}).get(model_type)
         if probed is None:
             return None
-        rule, defaults = generic_rule(probed), probed["defaults"]
-        written = {**{standard: written[own] for standard, own in probed.get("renames", {}).items()
-                      if standard not in written and own in written}, **written}
+        return _filled(written, probed["defaults"], generic_rule(probed), probed.get("renames", {}))
+    return _filled(written, defaults, rule)
+
+
+def _filled(written: dict[str, Any], defaults: dict[str, Any], rule: Rule, renames: dict[str, str] | None = None
+            ) -> dict[str, Any]:
+    """`written` with the standard names of fields it writes under the class's own (`renames`), the class defaults
+    for the FIELDS still absent, then `rule`."""
+    written = {**{standard: written[own] for standard, own in (renames or {}).items()
+                  if standard not in written and own in written}, **written}
     text = dict(written)
     for name, value in defaults.items():
         if name not in text:
@@ -290,30 +297,25 @@ def covered() -> str:
             f"the {len(table().get('probed', {}))} other model types whose rule it probed against vLLM's reader")
 
 
-def _class_defaults(config_class: Any) -> dict[str, Any]:
+def _class_defaults(config_class: Any, renames: dict[str, str] | None = None) -> dict[str, Any]:
+    """The class's dataclass defaults of FIELDS; with `renames`, also those it keeps under its own names (GPT-2's
+    `n_embd`) where the standard name has none."""
     import dataclasses
 
     fields = {f.name: f for f in dataclasses.fields(config_class)}
-    return {name: fields[name].default for name in FIELDS
-            if name in fields and fields[name].default is not dataclasses.MISSING}
+    defaults = {}
+    for name in FIELDS:
+        for field in (name, (renames or {}).get(name)):
+            if field in fields and fields[field].default is not dataclasses.MISSING:
+                defaults[name] = fields[field].default
+                break
+    return defaults
 
 
 def _renames(config_class: Any) -> dict[str, str]:
     """The standard names of FIELDS the class keeps under its own (`attribute_map`), standard name -> its name."""
     mapping = getattr(config_class, "attribute_map", None) or {}
     return {k: v for k, v in mapping.items() if k in FIELDS and isinstance(v, str) and v != k}
-
-
-def _own_defaults(config_class: Any) -> dict[str, Any]:
-    """A probed class's defaults of FIELDS, those it keeps under its own names (GPT-2's `n_embd`) included."""
-    import dataclasses
-
-    defaults = _class_defaults(config_class)
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
-    for standard, own in _renames(config_class).items():
-        if standard not in defaults and own in fields and fields[own].default is not dataclasses.MISSING:
-            defaults[standard] = fields[own].default
-    return defaults
 
 
 def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -325,8 +327,8 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
 
     if not dataclasses.is_dataclass(config_class):
         return None
-    defaults = _own_defaults(config_class)
     renames = _renames(config_class)
+    defaults = _class_defaults(config_class, renames)
     import random
 
     rng = random.Random(f"{PROBE_SEED}:{model_type}")
@@ -355,11 +357,8 @@ def _probe(model_type: str, config_class: Any, read: Callable[[dict[str, Any]], 
         rule = generic_rule(entry)
         agree = True
         for written, got in outcomes:
-            text = {**{k: written[v] for k, v in renames.items() if k not in written and v in written}, **written}
-            for field, value in defaults.items():
-                text.setdefault(field, json.loads(json.dumps(value)))
             try:
-                rule(text, written)
+                text = _filled(written, defaults, rule, renames)
             except (TypeError, ValueError, KeyError, ZeroDivisionError):
                 agree = False
                 break

@@ -33,6 +33,17 @@ def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def config_checkpoint(root: Path, name: str, config: dict[str, Any], tensor: tuple[str, str, list[int]]) -> Path:
+    """`root/name`: config.json and one tensor's true header, readable by the container's user (uid 1000)."""
+    directory = root / name
+    directory.mkdir(mode=0o755)
+    (directory / "config.json").write_text(json.dumps(config))
+    write_safetensors(directory / "model.safetensors", [tensor])
+    for path in (root, directory, *directory.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return directory
+
+
 def run_plan(docker_bin: str, image_ref: str, root: Path, *args: str,
              model: str = "gemma3") -> subprocess.CompletedProcess[str]:
     cmd = [docker_bin, "run", "--rm", "--network", "none", "-v", f"{root}:/models:ro", image_ref, "plan",
@@ -88,12 +99,7 @@ def test_a_probed_family_plans_from_the_table_as_vllms_reader_reads_it(docker_bi
     """StarCoder2 is outside t4serve's hand-written rules: `plan` reads it from the table (no vLLM import), with
     every field the sizing reads equal to what vLLM's reader gives for the published config; printed: how long a
     fresh `t4serve plan` takes and its peak memory (the issue's goal: at most 1 s; vLLM's reader took 6.9 s)."""
-    directory = tmp_path / "starcoder2"
-    directory.mkdir(mode=0o755)
-    (directory / "config.json").write_text(json.dumps(STARCODER2_3B))
-    write_safetensors(directory / "model.safetensors", [("model.embed_tokens.weight", "F32", [49152, 3072])])
-    for path in (tmp_path, directory, *directory.iterdir()):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    config_checkpoint(tmp_path, "starcoder2", STARCODER2_3B, ("model.embed_tokens.weight", "F32", [49152, 3072]))
     script = """
 import json, os, statistics, subprocess, sys, time
 from t4serve.probes import configdefaults, hfconfig
@@ -135,12 +141,7 @@ def test_a_model_type_outside_the_table_is_read_by_vllms_reader(docker_bin: str,
     config = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "hidden_size": 1024,
               "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 8,
               "vocab_size": 32000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-    other = gemma3 / "jetmoe"
-    other.mkdir(mode=0o755)
-    (other / "config.json").write_text(json.dumps(config))
-    write_safetensors(other / "model.safetensors", [("model.embed_tokens.weight", "BF16", [32000, 1024])])
-    for path in (other, *other.iterdir()):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    config_checkpoint(gemma3, "jetmoe", config, ("model.embed_tokens.weight", "BF16", [32000, 1024]))
     done = run_plan(docker_bin, image_ref, gemma3, "--gpu", "t4", "--json", model="jetmoe")
     assert done.returncode == 0, done.stderr[-3000:]
     notes = json.loads(done.stdout)["plan"]["sizing"]["notes"]
@@ -162,13 +163,8 @@ def test_a_class_with_names_of_its_own_is_planned_by_the_standard_names(
         block: str) -> None:
     """A config.json that writes n_embd, n_layer and n_head (GPT-2, GPT-BigCode) is read by the names the planner
     reads, whichever reader reads it (before, the reader's copy lacked them and the plan refused the model)."""
-    directory = tmp_path / family
-    directory.mkdir(mode=0o755)
-    (directory / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}))
-    write_safetensors(directory / "model.safetensors",
-                      [("transformer.wte.weight", "F32", [config["vocab_size"], config["n_embd"]])])
-    for path in (tmp_path, directory, *directory.iterdir()):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    config_checkpoint(tmp_path, family, {**config, "torch_dtype": "float32"},
+                      ("transformer.wte.weight", "F32", [config["vocab_size"], config["n_embd"]]))
     done = run_plan(docker_bin, image_ref, tmp_path, "--gpu", "t4", "--json", model=family)
     assert done.returncode == 0, done.stderr[-3000:]
     sizing = json.loads(done.stdout)["plan"]["sizing"]
@@ -186,12 +182,7 @@ def test_qwen15_moes_window_of_0_is_no_window(docker_bin: str, image_ref: str, t
               "num_experts_per_tok": 4, "vocab_size": 151936, "max_position_embeddings": 8192,
               "sliding_window": 32768, "use_sliding_window": False, "max_window_layers": 21,
               "torch_dtype": "bfloat16"}
-    directory = tmp_path / "qwen15moe"
-    directory.mkdir(mode=0o755)
-    (directory / "config.json").write_text(json.dumps(config))
-    write_safetensors(directory / "model.safetensors", [("model.embed_tokens.weight", "BF16", [151936, 2048])])
-    for path in (tmp_path, directory, *directory.iterdir()):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    config_checkpoint(tmp_path, "qwen15moe", config, ("model.embed_tokens.weight", "BF16", [151936, 2048]))
     done = run_plan(docker_bin, image_ref, tmp_path, "--gpu", "t4", "--json", "--max-model-len", "4096",
                     model="qwen15moe")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -36,6 +36,11 @@
 #              code within a T4's registers), then tests/gpu/turing_served.py with the launches it chose (triton and
 #              turing-mma served side by side sized as a T4: TTFT, greedy tokens, the profiler's attention share,
 #              the bench's 4,096-token cells); T4SERVE_GPU_DEADLINE (epoch seconds) ends the served part in time
+#   mtp        issue 46 (tests/gpu/mtp_host.py): Gemma 4's MTP drafter (seeded random weights from the assistant's
+#              published config) on the random bf16 E2B, sized as a T4: KV figures, greedy tokens with and without
+#              MTP beside a control, vLLM's acceptance counters, `t4serve bench --models t4serve,t4serve-mtp`
+#              (T4SERVE_GPU_MTP_ARGS adds options, e.g. --repeats 3) with each step's draft and verify GPU time
+#              (tests/gpu/steptiming.py), issue 34's int8 numerics beside it, and QAT with and without MTP served
 #   turing-kernels, turing-served   one of the two (turing-served with the package's own launch table, or the
 #              kernel step's choice.json where T4SERVE_GPU_TURING_CHOICE names it; tests/gpu/turing-host.sh runs
 #              the kernel step without the stack, on the host's own torch)
@@ -106,6 +111,8 @@ case $step in
       launches=(); [ -f "$out/kernels/choice.json" ] && launches=(--launches "$out/kernels/choice.json")
       python3 tests/gpu/turing_served.py "$out/served" "$work" "${launches[@]}" \
         --deadline "${T4SERVE_GPU_DEADLINE:-0}" ;;
+  # shellcheck disable=SC2086
+  mtp) python3 tests/gpu/mtp_host.py "$out/mtp" "$work" ${T4SERVE_GPU_MTP_ARGS:-} ;;
   # shellcheck disable=SC2086
   turing-kernels) python3 tests/gpu/turing_kernels.py "$out/kernels" ${T4SERVE_GPU_TURING_ARGS:-} ;;
   turing-served) launches=(); choice=${T4SERVE_GPU_TURING_CHOICE:-}

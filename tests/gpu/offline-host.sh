@@ -6,7 +6,9 @@
 # T4SERVE_SIZE_AS=t4 runs the T4's attention tiles. FlashInfer is not in such a site: its sampler is switched off.
 # vLLM finds its plugins by their distributions' entry points: t4serve's (the attention path, pyproject.toml) comes
 # from `pip install` of this checkout into DIST (its metadata; the code still loads from the checkout, first on the
-# path), and tests/gpu/t4mode.py's (the GPU host's T4 mode, on only where T4SERVE_GPU_AS_T4=1) is written beside it.
+# path), and tests/gpu/t4mode.py's (the GPU host's T4 mode, on only where T4SERVE_GPU_AS_T4=1) and
+# tests/gpu/steptiming.py's (each engine step's GPU time, on only where T4SERVE_GPU_STEP_TIMING names a folder) are
+# written beside it.
 site=${1:?usage: source tests/gpu/offline-host.sh SITE}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${T4SERVE_WRAPPER_BIN:-/tmp/t4serve-bin}
@@ -25,7 +27,7 @@ if [ ! -f "$dist/.installed" ]; then
   info="$dist/t4serve_gpu_t4mode-0.dist-info"
   mkdir -p "$info"
   printf 'Metadata-Version: 2.1\nName: t4serve-gpu-t4mode\nVersion: 0\n' > "$info/METADATA"
-  printf '[vllm.general_plugins]\nt4mode = t4mode:register\n' > "$info/entry_points.txt"
+  printf '[vllm.general_plugins]\nt4mode = t4mode:register\nsteptiming = steptiming:register\n' > "$info/entry_points.txt"
   touch "$dist/.installed"
 fi
 "$py" -c "

@@ -71,6 +71,8 @@ OTHER_VARIABLES: dict[str, str] = {
     "T4SERVE_GPU_KV_ARGS": "tests/gpu",
     "T4SERVE_GPU_BENCH_ARGS": "tests/gpu",
     "T4SERVE_GPU_TURING_ARGS": "tests/gpu",
+    "T4SERVE_GPU_MTP_ARGS": "tests/gpu",
+    "T4SERVE_GPU_STEP_TIMING": "tests/gpu: each engine step's GPU time, in every vLLM process",
     "T4SERVE_GPU_AS_T4": "tests/gpu: the GPU host's T4 mode, in every vLLM process",
     "T4SERVE_GPU_AS_T4_RECORDS": "tests/gpu",
     "T4SERVE_GPU_LAUNCHES": "tests/gpu",

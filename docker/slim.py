@@ -314,6 +314,7 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
             "set the vLLM switch that avoids the removed package (docker/slim.json switches) or keep the package",
         )
     flash_attention = flash_attention_on_t4()
+    warmup = warmup_imports()
     routes = build_app_routes()
     lacking = [r for r in REQUIRED_ROUTES if r not in routes]
     if lacking:
@@ -333,10 +334,125 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
         "routes": sorted(routes),
         "decisions_on_t4": decisions,
         "flash_attention_on_t4": flash_attention,
+        "warmup_imports_on_t4": warmup,
         "switches_as_vllm_reads_them": {name: str(getattr(envs, name)) for name in spec["switches"]},
         "top_level_at_start": sorted(STARTUP),
         "top_level_imported": sorted({name.split(".")[0] for name in sys.modules} - STARTUP),
     }
+
+
+# The functions vLLM runs once the KV cache is allocated, before it serves, whose own import statements sit inside
+# their bodies (module, function): walk_serving_path's module imports never execute those.
+WARMUP_FUNCTIONS = (("vllm.model_executor.warmup.kernel_warmup", "kernel_warmup"),)
+
+
+def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], list[dict[str, str]]]:
+    """The modules `function` in `source` imports inside its body on this platform, and the imports it skips.
+
+    Each `if` test is decided by `decide(expr)` (True, False, or None where it cannot say): a body whose test is False
+    is skipped, an `else` whose test is True is skipped, everything else counts (an undecided test is taken, so an
+    import the proof cannot rule out is imported). Nested functions and classes are left out (they run elsewhere).
+    Pure: tests/unit/test_slim_warmup.py."""
+    import ast
+
+    tree = ast.parse(source)
+    body = next(
+        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function),
+        None,
+    )
+    if body is None:
+        raise LookupError(f"no function {function}")
+    taken: list[str] = []
+    skipped: list[dict[str, str]] = []
+
+    def names(node: ast.stmt) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            return [node.module or ""] if node.level == 0 else []
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        return []
+
+    def walk(statements: list[ast.stmt], skipping: str | None) -> None:
+        for node in statements:
+            for name in names(node):
+                if skipping is None:
+                    taken.append(name)
+                else:
+                    skipped.append({"module": name, "condition": skipping})
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(node, ast.If):
+                verdict = decide(node.test)
+                condition = ast.unparse(node.test)
+                walk(node.body, skipping or (f"{condition} is False" if verdict is False else None))
+                walk(node.orelse, skipping or (f"{condition} is True" if verdict is True else None))
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                walk(getattr(node, field, []) or [], skipping)
+            for handler in getattr(node, "handlers", []) or []:
+                walk(handler.body, skipping)
+
+    walk(body.body, None)
+    return taken, skipped
+
+
+def decide_on_platform(platform: Any, expr: Any) -> bool | None:
+    """An `if` test decided where it depends only on the platform's answers (`current_platform.is_cuda()`,
+    `has_device_capability(90)`, ...), on find_spec of a literal module name and on `and`/`or`/`not` of those;
+    None for anything else (the worker's configuration, environment switches)."""
+    import ast
+
+    if isinstance(expr, ast.BoolOp):
+        verdicts = [decide_on_platform(platform, v) for v in expr.values]
+        if isinstance(expr.op, ast.And):
+            return False if False in verdicts else (True if all(v is True for v in verdicts) else None)
+        return True if True in verdicts else (False if all(v is False for v in verdicts) else None)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        inner = decide_on_platform(platform, expr.operand)
+        return None if inner is None else not inner
+    if (isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(expr.comparators[0], ast.Constant) and expr.comparators[0].value is None
+            and isinstance(expr.left, ast.Call)):
+        call = expr.left
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if name == "find_spec" and len(call.args) == 1 and isinstance(call.args[0], ast.Constant):
+            found = importlib.util.find_spec(str(call.args[0].value)) is not None
+            return found if isinstance(expr.ops[0], ast.IsNot) else not found
+        return None
+    if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+            and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "current_platform"
+            and all(isinstance(a, ast.Constant) for a in expr.args) and not expr.keywords):
+        method = getattr(platform, expr.func.attr, None)
+        if callable(method):
+            return bool(method(*(a.value for a in expr.args)))
+    return None
+
+
+def warmup_imports() -> dict[str, Any]:
+    """Import what vLLM's warm-up functions (WARMUP_FUNCTIONS) import inside their bodies on the T4 stand-in; fail on
+    the first that cannot be imported. Returns, per function, the modules imported and the imports skipped, with the
+    condition that skipped each."""
+    import vllm.platforms
+
+    platform = vllm.platforms.current_platform
+    out: dict[str, Any] = {}
+    for module_name, function in WARMUP_FUNCTIONS:
+        spec = importlib.util.find_spec(module_name)
+        source = Path(spec.origin).read_text() if spec and spec.origin else ""
+        taken, skipped = lazy_imports(source, function, lambda e: decide_on_platform(platform, e))
+        for name in taken:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # the engine would fail here at start, after the KV cache is allocated
+                fail(
+                    f"vLLM's warm-up ({module_name}.{function}) imports {name} on a T4, and it does not import",
+                    f"{type(exc).__name__}: {exc}",
+                    "every module the warm-up imports on a T4 importable in the slimmed venv",
+                    "restore the package it needs (docker/slim.json) or rewrite the import behind a find_spec guard "
+                    "(slim.json rewrites)",
+                )
+        out[f"{module_name}.{function}"] = {"imported": taken, "skipped": skipped}
+    return out
 
 
 def prove(spec: dict[str, Any], record: Path) -> None:

@@ -101,6 +101,14 @@ def test_the_build_import_proof_ran_over_the_serving_path(run_in_image: RunInIma
     assert proof["removed_modules"] == sorted(removed)
     assert not removed & set(proof["top_level_imported"])
     assert {"vllm", "torch", "triton", "xgrammar", "llguidance", "fastapi"} <= set(proof["top_level_imported"])
+    # vLLM's warm-up (after the KV cache is allocated, before serving) imported what it imports on a T4, and skipped
+    # MiniMax M3's MSA warm-up, whose modules need the CuTe DSL the image leaves out: on the GPU host every 0.34.0
+    # server failed there before slim.json's guard (docs/verified/gpu-host-vllm-0.34.0/).
+    warmup = proof["warmup_imports_on_t4"]["vllm.model_executor.warmup.kernel_warmup.kernel_warmup"]
+    assert "vllm.model_executor.warmup.step5_dsa_warmup" in warmup["imported"]
+    skipped = {"module": "vllm.model_executor.warmup.minimax_m3_msa_warmup",
+               "condition": "current_platform.is_cuda() and find_spec('cutlass') is not None is False"}
+    assert skipped in warmup["skipped"]
 
 
 def test_the_rewrites_are_in_effect_and_byte_compiled(run_in_image: RunInImage) -> None:

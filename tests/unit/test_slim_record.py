@@ -48,16 +48,34 @@ def test_every_entry_says_why() -> None:
     assert all(isinstance(s["value"], str) for s in SPEC["switches"].values())
 
 
-def test_a_rewrite_only_takes_a_statement_out() -> None:
-    """A rewrite of vLLM's source replaces one statement with a comment that says why, nothing else: it may keep a
-    package importable without a removed library, never change what runs."""
+def test_a_rewrite_only_takes_a_statement_out_or_guards_one() -> None:
+    """A rewrite of vLLM's source either replaces one statement with a comment that says why (it keeps a package
+    importable without a removed library, in the same package as a removed path), or guards one: the old text kept
+    line for line, its `if` test ANDed with find_spec of a removed module, with only comments, blank lines and the
+    find_spec import added. Neither changes what runs where the removed library is present."""
     paths = {p["path"] for p in SPEC["paths"]}
+    kinds = []
     for rewrite in SPEC["rewrites"]:
-        assert rewrite["old"].strip() and rewrite["old"].endswith("\n")
-        assert all(line.startswith("# ") for line in rewrite["new"].splitlines()), rewrite["new"]
-        assert "docker/slim.json" in rewrite["new"]
-        # It serves a removal in the same package.
-        assert any(p.startswith(rewrite["path"].rsplit("/", 1)[0] + "/") for p in paths), rewrite["path"]
+        old, new = rewrite["old"], rewrite["new"]
+        assert old.strip() and old.endswith("\n") and new.endswith("\n")
+        assert "docker/slim.json" in new
+        if all(line.startswith("# ") for line in new.splitlines()):
+            kinds.append("statement out")
+            # It serves a removal in the same package.
+            assert any(p.startswith(rewrite["path"].rsplit("/", 1)[0] + "/") for p in paths), rewrite["path"]
+            continue
+        kinds.append("guard")
+        guards = re.findall(r' and find_spec\("([A-Za-z0-9_.]+)"\) is not None:$', new, re.MULTILINE)
+        assert len(guards) == 1 and guards[0].split(".")[0] in REMOVED, new
+        def code(text: str) -> list[str]:
+            return [line for line in text.splitlines() if line.strip() and not line.strip().startswith("#")
+                    and line.strip() != "from importlib.util import find_spec"]
+
+        unguarded = [re.sub(r' and find_spec\("[A-Za-z0-9_.]+"\) is not None:$', ":", line) for line in code(new)]
+        assert unguarded == code(old), (unguarded, code(old))
+        # The comments of the old text stay too.
+        assert all(line in new.splitlines() for line in old.splitlines()[1:]), new
+    assert kinds == ["statement out", "guard"]
 
 
 def test_the_proof_records_flash_attention_refused_on_a_t4() -> None:

@@ -127,3 +127,27 @@ def test_register_is_off_without_the_folder(monkeypatch: pytest.MonkeyPatch, tmp
     steptiming.register()  # no vLLM in the unit venv: the error is written down, nothing raised
     errors = list(tmp_path.glob("error-*.txt"))
     assert len(errors) == 1 and "vllm" in errors[0].read_text()
+
+
+def test_the_t4_mtp_model_reads_its_named_inputs() -> None:
+    import mtp_t4_model as m
+
+    assert m.step_ms(1) == pytest.approx(1000 / 72.31) and m.step_ms(4) == pytest.approx(1000 / 54.50)
+    draft = m.drafter_bytes_per_forward()
+    # The drafter's 4 layers and projections, without its 262,144 x 256 embedding (134 MB) that the head reads 4,096
+    # rows of: about 21 MB of weights.
+    assert 20e6 < draft["weights"] < 22e6 and draft["head_rows"] == 4096 * 256 * 2 + 4096 * 8
+    assert draft["total"] == draft["weights"] + draft["head_rows"] + draft["kv"]
+    result = m.model()
+    assert result["verify_ms"] == pytest.approx(m.step_ms(3), abs=1e-3)
+    rows = result["rows"]
+    assert [r["acceptance_rate"] for r in rows[:-1]] == list(m.ACCEPTANCE_RATES)
+    for row in rows:
+        assert row["tokens_per_step"] == pytest.approx(1 + 2 * row["acceptance_rate"])
+        assert row["tok_s_draft_x1"] > row["tok_s_draft_x2"] > row["tok_s_draft_x4"]
+        step = result["verify_ms"] + 2 * result["draft_ms_per_forward"]
+        assert row["tok_s_draft_x1"] == pytest.approx(row["tokens_per_step"] * 1000 / step, abs=0.06)
+    # With nothing accepted MTP is slower than the published decode (the verify and the drafts cost more).
+    nothing = 1000 / (result["verify_ms"] + 2 * result["draft_ms_per_forward"])
+    assert nothing < 72.31
+    assert "| 0.773 (published, E4B) |" in m.table(result)

@@ -1,0 +1,141 @@
+"""A T4 model of Gemma 4 E2B QAT's single-stream decode with its MTP drafter: tokens per second against vLLM's draft
+acceptance rate. No T4 ran it and no GPU host has measured the step costs yet (docs/verified/gpu-host-vllm-0.34.0/:
+the servers failed before their first request): every figure here is modelled from the inputs named below.
+
+    python3 tests/gpu/mtp_t4_model.py [--json]
+
+The model, per engine step at one stream with k drafted tokens (vLLM's MTP: one verify, then k drafter forwards):
+1. tokens a step = 1 + k x r, where r is vLLM's acceptance rate (accepted / drafted tokens, what
+   vllm:spec_decode_num_accepted_tokens_total / ..._draft_tokens_total give), whatever its spread over positions.
+2. the verify, a target forward over k + 1 tokens of one sequence, costs what the published T4 run's steps cost at
+   that many tokens: its QAT time per output token at 1 stream (one token a step) and at 4 streams (four), joined
+   by a line. Four streams also read four contexts' KV where one verify reads one: an overestimate of the verify.
+3. a drafter forward reads its weights but the token embedding (its centroid head reads 2,048 centroids and the 4,096
+   embedding rows of the 32 chosen centroids), and the target's KV it attends (3 sliding layers reading layer 13's
+   window, one full layer reading layer 14's context), at the bandwidth the published QAT step reached (its bytes per
+   token over its time: the same efficiency). Launch overhead is not in it: DRAFT_SCALES reads the draft at 1x, 2x
+   and 4x that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+sys.path[:0] = [str(HERE.parents[1] / "unit"), str(HERE.parents[2] / "entrypoint")]
+
+# docs/published-t4-run.md, the QAT sweep at 512 input tokens: per-stream tokens/s = 1000 / median TPOT.
+PUBLISHED_PER_STREAM = {1: 72.31, 4: 54.50}
+# The T4's measured streaming read (docs/published-t4-run.md), what t4serve's roofline divides by.
+T4_BANDWIDTH = 277.0e9
+CONTEXT = 512 + 64  # the published run's 512-token prompts, a little way into the answer
+NUM_SPECULATIVE_TOKENS = 2  # vLLM's recipe for E2B's drafter
+ACCEPTANCE_RATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# The nearest published figure found: Gemma 4 E4B with its MTP drafter in vLLM (nightly of 2026-05-07, the day after
+# PR #41745), 77.3 % acceptance over three runs on an RTX 5090M (airelien.dev, "Gemma 4 E4B MTP on the RTX 5090M").
+# No acceptance rate for E2B's drafter was found published, by Google or in vLLM's recipes.
+PUBLISHED_ACCEPTANCE = (0.773, "Gemma 4 E4B's drafter in vLLM, RTX 5090M, airelien.dev (2026-05); none found for E2B")
+DRAFT_SCALES = (1.0, 2.0, 4.0)
+GOAL_TOKENS_PER_S = 110.0
+
+
+def step_ms(tokens: int) -> float:
+    """A published T4 QAT decode step over `tokens` tokens: the 1- and 4-stream steps, joined by a line."""
+    one, four = 1000.0 / PUBLISHED_PER_STREAM[1], 1000.0 / PUBLISHED_PER_STREAM[4]
+    return one + (tokens - 1) * (four - one) / 3
+
+
+def qat_bytes_per_token(context: int = CONTEXT) -> float:
+    """What one QAT decode step reads (t4serve's roofline on the built-in QAT facts)."""
+    from t4serve.planning.roofline import roofline
+    from t4serve.probes.checkpoint import builtin_facts
+
+    facts = builtin_facts("google/gemma-4-E2B-it-qat-w4a16-ct", "the model's built-in facts")
+    assert facts is not None
+    return float(roofline(facts, context=context, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value)
+
+
+def drafter_bytes_per_forward(context: int = CONTEXT) -> dict[str, float]:
+    """Bytes one drafter forward reads: its weights but the token embedding, the embedding rows and centroids its
+    centroid head reads, and the target's KV its layers attend (float16)."""
+    from e2b_checkpoint import ASSISTANT_CONFIG, assistant_tensors  # type: ignore[import-not-found]
+
+    sizes = {"BF16": 2, "I64": 8}
+    weights = 0
+    for name, dtype, shape in assistant_tensors():
+        if name in ("model.embed_tokens.weight", "masked_embedding.token_ordering"):
+            continue
+        count = 1
+        for n in shape:
+            count *= n
+        weights += count * sizes[dtype]
+    text = ASSISTANT_CONFIG["text_config"]
+    hidden, vocab, centroids = text["hidden_size"], text["vocab_size"], ASSISTANT_CONFIG["num_centroids"]
+    rows = ASSISTANT_CONFIG["centroid_intermediate_top_k"] * (vocab // centroids)
+    head = rows * hidden * 2 + rows * 8  # the chosen rows and their ids in the token ordering
+    window = min(context, text["sliding_window"])
+    # E2B's KV per token: one KV head, K and V, float16: 256 wide in sliding layers, 512 in full ones.
+    kv = 3 * window * 2 * 256 * 2 + context * 2 * 512 * 2
+    return {"weights": float(weights), "head_rows": float(head), "kv": float(kv), "total": float(weights + head + kv)}
+
+
+def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_TOKENS) -> dict[str, Any]:
+    plain = step_ms(1)
+    efficiency_bandwidth = qat_bytes_per_token() / (plain / 1000.0)  # bytes/s the published QAT step reached
+    draft = drafter_bytes_per_forward()
+    draft_ms = draft["total"] / efficiency_bandwidth * 1000.0
+    verify = step_ms(k + 1)
+    rows = []
+    for r in (*rates, PUBLISHED_ACCEPTANCE[0]):
+        tokens = 1 + k * r
+        rows.append({"acceptance_rate": r, "tokens_per_step": round(tokens, 3),
+                     **{f"tok_s_draft_x{s:g}": round(tokens / ((verify + k * s * draft_ms) / 1000.0), 1)
+                        for s in DRAFT_SCALES}})
+    return {
+        "inputs": {
+            "published_step_ms_1_stream": round(plain, 3), "published_step_ms_4_streams": round(step_ms(4), 3),
+            "published_tok_s_1_stream": PUBLISHED_PER_STREAM[1],
+            "qat_bytes_per_token": round(qat_bytes_per_token()), "effective_bandwidth_gb_s":
+                round(efficiency_bandwidth / 1e9, 1), "t4_bandwidth_gb_s": T4_BANDWIDTH / 1e9,
+            "drafter_bytes_per_forward": {k2: round(v) for k2, v in draft.items()},
+            "num_speculative_tokens": k, "context": CONTEXT,
+            "published_acceptance": {"rate": PUBLISHED_ACCEPTANCE[0], "source": PUBLISHED_ACCEPTANCE[1]},
+        },
+        "verify_ms": round(verify, 3), "draft_ms_per_forward": round(draft_ms, 4),
+        "step_ms_draft_x1": round(verify + k * draft_ms, 3), "rows": rows, "goal_tok_s": GOAL_TOKENS_PER_S,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    head = "| acceptance rate | tokens a step | " + " | ".join(f"tok/s, draft x{s:g}" for s in DRAFT_SCALES) + " |"
+    lines = [head, "|" + "---|" * (2 + len(DRAFT_SCALES))]
+    for row in result["rows"]:
+        label = f"{row['acceptance_rate']:.3g}"
+        if row is result["rows"][-1]:
+            label += " (published, E4B)"
+        lines.append(f"| {label} | {row['tokens_per_step']} | "
+                     + " | ".join(str(row[f"tok_s_draft_x{s:g}"]) for s in DRAFT_SCALES) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = model()
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(json.dumps(result["inputs"], indent=1))
+        print(f"verify {result['verify_ms']} ms, a drafter forward {result['draft_ms_per_forward']} ms, "
+              f"a step {result['step_ms_draft_x1']} ms (draft x1)")
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -52,7 +52,10 @@ export T4SERVE_GPU_STEP_STARTED=${T4SERVE_GPU_STEP_STARTED:-$(date +%s)}
 site=${T4SERVE_GPU_SITE:-/tmp/site} work=${T4SERVE_GPU_ROOT:-/tmp/t4serve-gpu}
 mkdir -p "$out" "$work"
 if [ ! -d "$site/vllm" ]; then
-  if [ -f "$parts/install-stack.sh" ]; then bash "$parts/install-stack.sh" "$parts" "$site"
+  # The stack's removals and rewrites are this checkout's docker/slim.json, not the copy made with the parts: a
+  # rewrite added since (vLLM 0.34's warm-up guard) reaches the host with the checkout.
+  if [ -f "$parts/install-stack.sh" ]; then cp "$repo/docker/slim.json" "$parts/slim.json"
+    bash "$parts/install-stack.sh" "$parts" "$site"
   else bash "$parts/assemble.sh" "$parts" "$site"; fi
 fi
 # pytest for the test steps, where the host's Python lacks it: wheels in PARTS/extra/ (pytest, pluggy, iniconfig).

@@ -207,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=float(os.environ.get("T4SERVE_GPU_DEADLINE") or 0),
                         help="epoch seconds by which the step must end [T4SERVE_GPU_DEADLINE; 0: 40 minutes]")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a server may take to become ready")
+    parser.add_argument("--servers", default="", help="start only these (comma-separated names; default: all)")
+    parser.add_argument("--prompts", type=int, default=0, help="use only the first N of the fixed prompts (0: all)")
     args = parser.parse_args(argv)
     deadline = args.deadline or time.time() + 2400
     import kv_quant_host as kq
@@ -232,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         servers[name] = Server(name, work / name, str(ckpt), 8700 + 10 * i, env={
             "T4SERVE_SIZE_AS": "t4", "T4SERVE_CANARY": "off", **env, "T4SERVE_SERVED_MODEL_NAME": name,
             ENABLE: str(steps)})
-    main_four = ["t4serve", "t4serve-mtp", "kv-int8", "t4serve-triton"]
-    qats = [n for n in servers if n.startswith("qat")]
+    chosen = [n for n in args.servers.split(",") if n] or list(servers)
+    unknown = sorted(set(chosen) - set(servers))
+    if unknown:
+        print(f"--servers: unknown {', '.join(unknown)}; choose from {', '.join(servers)}", file=sys.stderr)
+        return 2
+    main_four = [n for n in ("t4serve", "t4serve-mtp", "kv-int8", "t4serve-triton") if n in chosen]
+    qats = [n for n in servers if n.startswith("qat") and n in chosen]
     together = card_bytes() >= (len(main_four) + len(qats)) * T4_SERVER_BYTES
     record["card_bytes"] = card_bytes()
     record["started_together"] = main_four + (qats if together else [])
@@ -274,11 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         ready = start(record["started_together"])
         # The pair measured: the plan as it comes and with MTP; where either fails, vLLM's own Triton launch.
         ref, mtp = "t4serve", "t4serve-mtp"
-        if not {ref, mtp} <= set(ready) and "t4serve-triton" in ready and time.time() < deadline - 600:
+        if (not {ref, mtp} <= set(ready) and "t4serve-triton" in ready and "t4serve-mtp-triton" in chosen
+                and time.time() < deadline - 600):
             ref, mtp = "t4serve-triton", "t4serve-mtp-triton"
             ready += start([mtp])
         record["pair"] = [ref, mtp]
-        prompts = kq.prompts()
+        prompts = kq.prompts()[: args.prompts or None]
         results: dict[str, Any] = {}
 
         def job(items: list[tuple[str, Any]]) -> None:

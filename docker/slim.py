@@ -34,6 +34,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+# docker/lazyimports.py, beside this file (the Dockerfile copies both): which imports a function's body takes.
+from lazyimports import decide_on_platform, functions_in, lazy_imports
+
 SITE = Path(sysconfig.get_paths()["purelib"])
 # Top-level packages imported before the walk (by the interpreter, any .pth hook such as the one nvidia-cutlass-dsl
 # installs, and the standard library modules above): not imported by the serving path, so the records leave them out.
@@ -315,6 +318,7 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
         )
     flash_attention = flash_attention_on_t4()
     warmup = warmup_imports()
+    engine = engine_imports()
     routes = build_app_routes()
     lacking = [r for r in REQUIRED_ROUTES if r not in routes]
     if lacking:
@@ -335,6 +339,7 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
         "decisions_on_t4": decisions,
         "flash_attention_on_t4": flash_attention,
         "warmup_imports_on_t4": warmup,
+        "engine_imports_on_t4": engine,
         "switches_as_vllm_reads_them": {name: str(getattr(envs, name)) for name in spec["switches"]},
         "top_level_at_start": sorted(STARTUP),
         "top_level_imported": sorted({name.split(".")[0] for name in sys.modules} - STARTUP),
@@ -344,88 +349,28 @@ def walk_serving_path(spec: dict[str, Any]) -> dict[str, Any]:
 # The functions vLLM runs once the KV cache is allocated, before it serves, whose own import statements sit inside
 # their bodies (module, function): walk_serving_path's module imports never execute those.
 WARMUP_FUNCTIONS = (("vllm.model_executor.warmup.kernel_warmup", "kernel_warmup"),)
-
-
-def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], list[dict[str, str]]]:
-    """The modules `function` in `source` imports inside its body on this platform, and the imports it skips.
-
-    Each `if` test is decided by `decide(expr)` (True, False, or None where it cannot say): a body whose test is False
-    is skipped, an `else` whose test is True is skipped, everything else counts (an undecided test is taken, so an
-    import the proof cannot rule out is imported). Nested functions and classes are left out (they run elsewhere).
-    Pure: tests/unit/test_slim_warmup.py."""
-    import ast
-
-    tree = ast.parse(source)
-    body = next(
-        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function),
-        None,
-    )
-    if body is None:
-        raise LookupError(f"no function {function}")
-    taken: list[str] = []
-    skipped: list[dict[str, str]] = []
-
-    def names(node: ast.stmt) -> list[str]:
-        if isinstance(node, ast.ImportFrom):
-            return [node.module or ""] if node.level == 0 else []
-        if isinstance(node, ast.Import):
-            return [a.name for a in node.names]
-        return []
-
-    def walk(statements: list[ast.stmt], skipping: str | None) -> None:
-        for node in statements:
-            for name in names(node):
-                if skipping is None:
-                    taken.append(name)
-                else:
-                    skipped.append({"module": name, "condition": skipping})
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            if isinstance(node, ast.If):
-                verdict = decide(node.test)
-                condition = ast.unparse(node.test)
-                walk(node.body, skipping or (f"{condition} is False" if verdict is False else None))
-                walk(node.orelse, skipping or (f"{condition} is True" if verdict is True else None))
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                walk(getattr(node, field, []) or [], skipping)
-            for handler in getattr(node, "handlers", []) or []:
-                walk(handler.body, skipping)
-
-    walk(body.body, None)
-    return taken, skipped
-
-
-def decide_on_platform(platform: Any, expr: Any) -> bool | None:
-    """An `if` test decided where it depends only on the platform's answers (`current_platform.is_cuda()`,
-    `has_device_capability(90)`, ...), on find_spec of a literal module name and on `and`/`or`/`not` of those;
-    None for anything else (the worker's configuration, environment switches)."""
-    import ast
-
-    if isinstance(expr, ast.BoolOp):
-        verdicts = [decide_on_platform(platform, v) for v in expr.values]
-        if isinstance(expr.op, ast.And):
-            return False if False in verdicts else (True if all(v is True for v in verdicts) else None)
-        return True if True in verdicts else (False if all(v is False for v in verdicts) else None)
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        inner = decide_on_platform(platform, expr.operand)
-        return None if inner is None else not inner
-    if (isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Is, ast.IsNot))
-            and isinstance(expr.comparators[0], ast.Constant) and expr.comparators[0].value is None
-            and isinstance(expr.left, ast.Call)):
-        call = expr.left
-        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        if name == "find_spec" and len(call.args) == 1 and isinstance(call.args[0], ast.Constant):
-            found = importlib.util.find_spec(str(call.args[0].value)) is not None
-            return found if isinstance(expr.ops[0], ast.IsNot) else not found
-        return None
-    if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-            and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "current_platform"
-            and all(isinstance(a, ast.Constant) for a in expr.args) and not expr.keywords):
-        method = getattr(platform, expr.func.attr, None)
-        if callable(method):
-            return bool(method(*(a.value for a in expr.args)))
-    return None
+# The modules of the engine's start and its steps, read whole: every function and method, each import inside a body
+# that the T4 stand-in does not rule out imported (the engine core and its executor, the worker, the model runner and
+# its warm-up, CUDA graphs, the sampler, Gemma 4 and its drafter, the Triton attention backend).
+ENGINE_MODULES = (
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.v1.worker.gpu.warmup",
+    "vllm.v1.worker.gpu.cudagraph_utils",
+    "vllm.v1.worker.gpu.sample.sampler",
+    "vllm.v1.worker.gpu.spec_decode.gemma4.speculator",
+    "vllm.model_executor.models.gemma4",
+    "vllm.model_executor.models.gemma4_mtp",
+    "vllm.v1.attention.backends.triton_attn",
+)
+# Imports those bodies may take that cannot import here, and why that is no finding: module -> reason.
+ENGINE_IMPORTS_ABSENT_HERE = {
+    "vllm.device_allocator.cumem": "loads the driver's libcuda.so.1, which the container toolkit provides on a GPU "
+                                   "(Worker.shutdown, sleep mode)",
+    "ray": "the Ray executor's node set-up (EngineCoreActorMixin); t4serve serves one GPU with the uniproc executor",
+}
 
 
 def warmup_imports() -> dict[str, Any]:
@@ -453,6 +398,40 @@ def warmup_imports() -> dict[str, Any]:
                 )
         out[f"{module_name}.{function}"] = {"imported": taken, "skipped": skipped}
     return out
+
+
+def engine_imports() -> dict[str, Any]:
+    """Import what every function and method of ENGINE_MODULES imports inside its body on the T4 stand-in, but the
+    modules ENGINE_IMPORTS_ABSENT_HERE names; fail on the first that cannot be imported. Returns the functions read,
+    the modules imported and those left out with the reason."""
+    import vllm.platforms
+
+    platform = vllm.platforms.current_platform
+    functions = 0
+    imported: set[str] = set()
+    for module_name in ENGINE_MODULES:
+        spec = importlib.util.find_spec(module_name)
+        source = Path(spec.origin).read_text() if spec and spec.origin else ""
+        for function in functions_in(source):
+            functions += 1
+            taken, _ = lazy_imports(source, function, lambda e: decide_on_platform(platform, e))
+            for name in taken:
+                if name in ENGINE_IMPORTS_ABSENT_HERE or name in imported:
+                    continue
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:  # the engine would fail here on a T4, at start or at a step
+                    fail(
+                        f"vLLM's {module_name}.{function} imports {name} on a T4, and it does not import",
+                        f"{type(exc).__name__}: {exc}",
+                        "every module the engine's functions import on a T4 importable in the slimmed venv",
+                        "restore the package it needs (docker/slim.json), rewrite the import behind a find_spec "
+                        "guard (slim.json rewrites), or, where it cannot run on a T4, name it in "
+                        "ENGINE_IMPORTS_ABSENT_HERE with the reason",
+                    )
+                imported.add(name)
+    return {"modules": list(ENGINE_MODULES), "functions": functions, "imported": sorted(imported),
+            "absent_here": ENGINE_IMPORTS_ABSENT_HERE}
 
 
 def prove(spec: dict[str, Any], record: Path) -> None:

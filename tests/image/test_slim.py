@@ -109,6 +109,12 @@ def test_the_build_import_proof_ran_over_the_serving_path(run_in_image: RunInIma
     skipped = {"module": "vllm.model_executor.warmup.minimax_m3_msa_warmup",
                "condition": "current_platform.is_cuda() and find_spec('cutlass') is not None is False"}
     assert skipped in warmup["skipped"]
+    # And every function and method of the engine's modules (core, executor, worker, model runner, CUDA graphs,
+    # sampler, Gemma 4 and its drafter, the Triton backend): each import in a body imported, but the two named.
+    engine = proof["engine_imports_on_t4"]
+    assert engine["functions"] > 300 and "vllm.v1.worker.gpu.model_runner" in engine["modules"]
+    assert set(engine["absent_here"]) == {"vllm.device_allocator.cumem", "ray"}
+    assert not set(engine["absent_here"]) & set(engine["imported"])
 
 
 def test_the_rewrites_are_in_effect_and_byte_compiled(run_in_image: RunInImage) -> None:

@@ -138,7 +138,7 @@ def test_the_dockerfile_sets_every_switch() -> None:
 
 def test_the_build_context_carries_the_slim_files() -> None:
     dockerignore = (REPO / ".dockerignore").read_text().splitlines()
-    assert {"!docker/slim.json", "!docker/slim.py"} <= set(dockerignore)
+    assert {"!docker/slim.json", "!docker/slim.py", "!docker/lazyimports.py"} <= set(dockerignore)
 
 
 def test_what_the_lock_leaves_out_is_recorded_and_absent() -> None:

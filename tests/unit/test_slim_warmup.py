@@ -1,6 +1,7 @@
-"""docker/slim.py's reading of vLLM's warm-up: which imports inside a function's body run on a platform, decided by
-the platform's own answers and find_spec, everything undecidable taken. The build runs it over vLLM 0.34.0's
-kernel_warmup on the T4 stand-in (its record: tests/image/test_slim.py); here it reads a function written for it."""
+"""docker/lazyimports.py, docker/slim.py's reading of vLLM's warm-up: which imports inside a function's body run on a
+platform, decided by the platform's own answers and find_spec, everything undecidable taken. The build runs it over
+vLLM 0.34.0's kernel_warmup on the T4 stand-in (its record: tests/image/test_slim.py); here it reads a function
+written for it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-SLIM = Path(__file__).resolve().parents[2] / "docker" / "slim.py"
-spec = importlib.util.spec_from_file_location("t4serve_docker_slim", SLIM)
+LAZY = Path(__file__).resolve().parents[2] / "docker" / "lazyimports.py"
+spec = importlib.util.spec_from_file_location("t4serve_docker_lazyimports", LAZY)
 assert spec and spec.loader
 slim = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = slim
@@ -105,3 +106,23 @@ def test_decisions() -> None:
 def test_a_missing_function_is_an_error() -> None:
     with pytest.raises(LookupError, match="no function absent"):
         slim.lazy_imports(SOURCE, "absent", lambda e: None)
+
+
+def test_functions_and_methods_are_read_by_qualified_name() -> None:
+    source = SOURCE + '''
+class Runner:
+    def step(self):
+        if current_platform.is_rocm():
+            import pkg.rocm_step
+        from pkg.step import s
+
+    async def later(self):
+        import pkg.later
+'''
+    assert slim.functions_in(source) == ["warm", "other", "Runner.step", "Runner.later"]
+    decide = lambda e: slim.decide_on_platform(Platform(), e)  # noqa: E731
+    assert slim.lazy_imports(source, "Runner.step", decide) == (
+        ["pkg.step"], [{"module": "pkg.rocm_step", "condition": "current_platform.is_rocm() is False"}])
+    assert slim.lazy_imports(source, "Runner.later", decide) == (["pkg.later"], [])
+    with pytest.raises(LookupError):
+        slim.lazy_imports(source, "Absent.step", decide)

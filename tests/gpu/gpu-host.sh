@@ -2,8 +2,9 @@
 # The GPU tests on an NVIDIA host without the image, one step per call (or queued by tests/gpu/session.sh):
 #   tests/gpu/gpu-host.sh PARTS STEP OUT
 # PARTS holds one of two bundles, installed once into /tmp/site (T4SERVE_GPU_SITE):
-#   - the image's own stack (vLLM 0.33.0, torch 2.14.0, triton 3.8.0 as cp312 wheels in parts w.00 ... w.NN, with
-#     install-stack.sh and slim.json): what the image ships;
+#   - the image's own stack (vLLM 0.34.0, torch 2.14.0, triton 3.8.0 as cp312 wheels in parts w.00 ... w.NN, with
+#     install-stack.sh and slim.json: `python3 tests/gpu/stack_parts.py make DIR` here, one device call per part):
+#     what the image ships, installed with this checkout's docker/slim.json;
 #   - the vLLM 0.26.0 site bundle (part1 ... partN with assemble.sh), built on the host's own torch 2.11.0.
 # Every record names the vLLM it ran (realserve.vllm_version). Where the host's cuDNN cannot serve this torch (the
 # image stack's torch 2.14 wants a newer cuDNN than such a host has), every server gets --language-model-only (no

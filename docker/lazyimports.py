@@ -11,8 +11,30 @@ import importlib.util
 from typing import Any
 
 
+def _functions(tree: Any) -> list[tuple[str, Any]]:
+    """(qualified name, node) of every top-level function and every method of a top-level class in a parsed module."""
+    import ast
+
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((node.name, node))
+        elif isinstance(node, ast.ClassDef):
+            out += [(f"{node.name}.{m.name}", m) for m in node.body
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return out
+
+
+def functions_in(source: str) -> list[str]:
+    """Every top-level function and every method of a top-level class in `source`, as `name` or `Class.method`."""
+    import ast
+
+    return [name for name, _ in _functions(ast.parse(source))]
+
+
 def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], list[dict[str, str]]]:
-    """The modules `function` in `source` imports inside its body on this platform, and the imports it skips.
+    """The modules `function` (`name` or `Class.method`) in `source` imports inside its body on this platform, and the
+    imports it skips.
 
     Each `if` test is decided by `decide(expr)` (True, False, or None where it cannot say): a body whose test is False
     is skipped, an `else` whose test is True is skipped, everything else counts (an undecided test is taken, so an
@@ -20,18 +42,23 @@ def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], li
     Pure: tests/unit/test_slim_warmup.py."""
     import ast
 
-    tree = ast.parse(source)
-    scope: list[ast.stmt] = tree.body
-    *owners, name = function.split(".")
-    for owner in owners:  # a method: Class.method
-        cls = next((n for n in scope if isinstance(n, ast.ClassDef) and n.name == owner), None)
-        scope = cls.body if cls is not None else []
-    body = next(
-        (n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
-        None,
-    )
-    if body is None:
+    node = next((n for name, n in _functions(ast.parse(source)) if name == function), None)  # the first of that name
+    if node is None:
         raise LookupError(f"no function {function}")
+    return _body_imports(node, decide)
+
+
+def module_imports(source: str, decide: Any) -> list[tuple[str, list[str], list[dict[str, str]]]]:
+    """(name, taken, skipped) of every function and method in `source`, in `functions_in`'s order, the source parsed
+    once; a name defined twice (a property's getter and setter, say) has each definition read."""
+    import ast
+
+    return [(name, *_body_imports(node, decide)) for name, node in _functions(ast.parse(source))]
+
+
+def _body_imports(function: Any, decide: Any) -> tuple[list[str], list[dict[str, str]]]:
+    import ast
+
     taken: list[str] = []
     skipped: list[dict[str, str]] = []
 
@@ -62,22 +89,8 @@ def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], li
             for handler in getattr(node, "handlers", []) or []:
                 walk(handler.body, skipping)
 
-    walk(body.body, None)
+    walk(function.body, None)
     return taken, skipped
-
-
-def functions_in(source: str) -> list[str]:
-    """Every top-level function and every method of a top-level class in `source`, as `name` or `Class.method`."""
-    import ast
-
-    out = []
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.append(node.name)
-        elif isinstance(node, ast.ClassDef):
-            methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            out += [f"{node.name}.{m.name}" for m in methods]
-    return out
 
 
 def decide_on_platform(platform: Any, expr: Any) -> bool | None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # docker/lazyimports.py, beside this file (the Dockerfile copies both): which imports a function's body takes.
-from lazyimports import decide_on_platform, functions_in, lazy_imports
+from lazyimports import decide_on_platform, lazy_imports, module_imports
 
 SITE = Path(sysconfig.get_paths()["purelib"])
 # Top-level packages imported before the walk (by the interpreter, any .pth hook such as the one nvidia-cutlass-dsl
@@ -373,6 +373,20 @@ ENGINE_IMPORTS_ABSENT_HERE = {
 }
 
 
+def _module_source(module_name: str) -> str:
+    spec = importlib.util.find_spec(module_name)
+    return Path(spec.origin).read_text() if spec and spec.origin else ""
+
+
+def _import_or_fail(name: str, what: str, required: str, fix: str) -> None:
+    """Import `name`; any failure fails the build (the engine would fail there on a T4, after the KV cache is
+    allocated or at a step)."""
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # any failure to import is the finding
+        fail(what, f"{type(exc).__name__}: {exc}", required, fix)
+
+
 def warmup_imports() -> dict[str, Any]:
     """Import what vLLM's warm-up functions (WARMUP_FUNCTIONS) import inside their bodies on the T4 stand-in; fail on
     the first that cannot be imported. Returns, per function, the modules imported and the imports skipped, with the
@@ -382,20 +396,15 @@ def warmup_imports() -> dict[str, Any]:
     platform = vllm.platforms.current_platform
     out: dict[str, Any] = {}
     for module_name, function in WARMUP_FUNCTIONS:
-        spec = importlib.util.find_spec(module_name)
-        source = Path(spec.origin).read_text() if spec and spec.origin else ""
-        taken, skipped = lazy_imports(source, function, lambda e: decide_on_platform(platform, e))
+        taken, skipped = lazy_imports(_module_source(module_name), function,
+                                      lambda e: decide_on_platform(platform, e))
         for name in taken:
-            try:
-                importlib.import_module(name)
-            except Exception as exc:  # the engine would fail here at start, after the KV cache is allocated
-                fail(
-                    f"vLLM's warm-up ({module_name}.{function}) imports {name} on a T4, and it does not import",
-                    f"{type(exc).__name__}: {exc}",
-                    "every module the warm-up imports on a T4 importable in the slimmed venv",
-                    "restore the package it needs (docker/slim.json) or rewrite the import behind a find_spec guard "
-                    "(slim.json rewrites)",
-                )
+            _import_or_fail(
+                name, f"vLLM's warm-up ({module_name}.{function}) imports {name} on a T4, and it does not import",
+                "every module the warm-up imports on a T4 importable in the slimmed venv",
+                "restore the package it needs (docker/slim.json) or rewrite the import behind a find_spec guard "
+                "(slim.json rewrites)",
+            )
         out[f"{module_name}.{function}"] = {"imported": taken, "skipped": skipped}
     return out
 
@@ -410,25 +419,19 @@ def engine_imports() -> dict[str, Any]:
     functions = 0
     imported: set[str] = set()
     for module_name in ENGINE_MODULES:
-        spec = importlib.util.find_spec(module_name)
-        source = Path(spec.origin).read_text() if spec and spec.origin else ""
-        for function in functions_in(source):
-            functions += 1
-            taken, _ = lazy_imports(source, function, lambda e: decide_on_platform(platform, e))
+        read = module_imports(_module_source(module_name), lambda e: decide_on_platform(platform, e))
+        functions += len(read)
+        for function, taken, _ in read:
             for name in taken:
                 if name in ENGINE_IMPORTS_ABSENT_HERE or name in imported:
                     continue
-                try:
-                    importlib.import_module(name)
-                except Exception as exc:  # the engine would fail here on a T4, at start or at a step
-                    fail(
-                        f"vLLM's {module_name}.{function} imports {name} on a T4, and it does not import",
-                        f"{type(exc).__name__}: {exc}",
-                        "every module the engine's functions import on a T4 importable in the slimmed venv",
-                        "restore the package it needs (docker/slim.json), rewrite the import behind a find_spec "
-                        "guard (slim.json rewrites), or, where it cannot run on a T4, name it in "
-                        "ENGINE_IMPORTS_ABSENT_HERE with the reason",
-                    )
+                _import_or_fail(
+                    name, f"vLLM's {module_name}.{function} imports {name} on a T4, and it does not import",
+                    "every module the engine's functions import on a T4 importable in the slimmed venv",
+                    "restore the package it needs (docker/slim.json), rewrite the import behind a find_spec "
+                    "guard (slim.json rewrites), or, where it cannot run on a T4, name it in "
+                    "ENGINE_IMPORTS_ABSENT_HERE with the reason",
+                )
                 imported.add(name)
     return {"modules": list(ENGINE_MODULES), "functions": functions, "imported": sorted(imported),
             "absent_here": ENGINE_IMPORTS_ABSENT_HERE}

@@ -126,3 +126,15 @@ class Runner:
     assert slim.lazy_imports(source, "Runner.later", decide) == (["pkg.later"], [])
     with pytest.raises(LookupError):
         slim.lazy_imports(source, "Absent.step", decide)
+
+
+def test_module_imports_reads_every_function_as_lazy_imports_does() -> None:
+    decide = lambda e: slim.decide_on_platform(Platform(), e)  # noqa: E731
+    whole = slim.module_imports(SOURCE, decide)
+    assert [name for name, _, _ in whole] == slim.functions_in(SOURCE) == ["warm", "other"]
+    assert whole == [(name, *slim.lazy_imports(SOURCE, name, decide)) for name, _, _ in whole]
+    # A name defined twice (a property's getter and setter) is read twice; lazy_imports takes the first.
+    twice = ("class C:\n    @property\n    def x(self):\n        import a\n"
+             "    @x.setter\n    def x(self, v):\n        import b\n")
+    assert slim.module_imports(twice, decide) == [("C.x", ["a"], []), ("C.x", ["b"], [])]
+    assert slim.lazy_imports(twice, "C.x", decide) == (["a"], [])

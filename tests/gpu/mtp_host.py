@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     main_four = [n for n in ("t4serve", "t4serve-mtp", "kv-int8", "t4serve-triton") if n in chosen]
     qats = [n for n in servers if n.startswith("qat") and n in chosen]
-    together = card_bytes() >= (len(main_four) + len(qats)) * T4_SERVER_BYTES
     record["card_bytes"] = card_bytes()
+    together = record["card_bytes"] >= (len(main_four) + len(qats)) * T4_SERVER_BYTES
     record["started_together"] = main_four + (qats if together else [])
 
     def save() -> None:

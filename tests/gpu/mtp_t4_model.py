@@ -85,7 +85,8 @@ def drafter_bytes_per_forward(context: int = CONTEXT) -> dict[str, float]:
 
 def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_TOKENS) -> dict[str, Any]:
     plain = step_ms(1)
-    efficiency_bandwidth = qat_bytes_per_token() / (plain / 1000.0)  # bytes/s the published QAT step reached
+    qat_bytes = qat_bytes_per_token()
+    efficiency_bandwidth = qat_bytes / (plain / 1000.0)  # bytes/s the published QAT step reached
     draft = drafter_bytes_per_forward()
     draft_ms = draft["total"] / efficiency_bandwidth * 1000.0
     verify = step_ms(k + 1)
@@ -99,7 +100,7 @@ def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_
         "inputs": {
             "published_step_ms_1_stream": round(plain, 3), "published_step_ms_4_streams": round(step_ms(4), 3),
             "published_tok_s_1_stream": PUBLISHED_PER_STREAM[1],
-            "qat_bytes_per_token": round(qat_bytes_per_token()), "effective_bandwidth_gb_s":
+            "qat_bytes_per_token": round(qat_bytes), "effective_bandwidth_gb_s":
                 round(efficiency_bandwidth / 1e9, 1), "t4_bandwidth_gb_s": T4_BANDWIDTH / 1e9,
             "drafter_bytes_per_forward": {k2: round(v) for k2, v in draft.items()},
             "num_speculative_tokens": k, "context": CONTEXT,

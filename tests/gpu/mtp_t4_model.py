@@ -2,7 +2,10 @@
 acceptance rate. No T4 ran it and no GPU host has measured the step costs yet (docs/verified/gpu-host-vllm-0.34.0/:
 the servers failed before their first request): every figure here is modelled from the inputs named below.
 
-    python3 tests/gpu/mtp_t4_model.py [--json]
+    python3 tests/gpu/mtp_t4_model.py [--json] [--measured MTP_JSON]
+
+With --measured, the model on a GPU host's measured step costs at one stream (tests/gpu/mtp_host.py's mtp.json,
+steptiming's medians over its bench): see measured_model. Without it, the model below, on paper.
 
 The model, per engine step at one stream with k drafted tokens (vLLM's MTP: one verify, then k drafter forwards):
 1. tokens a step = 1 + k x r, where r is vLLM's acceptance rate (accepted / drafted tokens, what
@@ -111,6 +114,65 @@ def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_
     }
 
 
+def bf16_bytes_per_token(context: int = CONTEXT) -> float:
+    """What one bf16 E2B decode step reads (the GPU host's servers run the bf16 checkpoint's shapes)."""
+    from t4serve.planning.roofline import roofline
+    from t4serve.probes.checkpoint import builtin_facts
+
+    facts = builtin_facts("google/gemma-4-E2B-it", "the model's built-in facts")
+    assert facts is not None
+    return float(roofline(facts, context=context, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value)
+
+
+def host_step_costs(record: dict[str, Any], requests: str = "1") -> dict[str, float]:
+    """From tests/gpu/mtp_host.py's mtp.json: the GPU host's median decode step without MTP and, with it, its verify
+    and its draft (all k drafter forwards), at `requests` streams, over the bench's window (`step_times`)."""
+    try:
+        ref, mtp = record["pair"]
+        times = record["step_times"]
+        plain = times[ref][requests]["step_ms"]["median"]
+        verify = times[mtp][requests]["verify_ms"]["median"]
+        draft = times[mtp][requests]["draft_ms"]["median"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the record has no decode step times of its pair at {requests} stream(s) "
+                         f"(missing: {exc})") from exc
+    return {"plain_ms": float(plain), "verify_ms": float(verify), "draft_ms": float(draft)}
+
+
+def measured_model(record: dict[str, Any], rates: tuple[float, ...] = ACCEPTANCE_RATES,
+                   k: int = NUM_SPECULATIVE_TOKENS) -> dict[str, Any]:
+    """The model on the GPU host's measured step costs at one stream, scaled to the T4 by bytes per token: the host's
+    time per byte of a plain bf16 step against the published T4 QAT step's (`scale`). The drafter reads the same bytes
+    on both cards, so its T4 cost is the host's draft x scale; the verify is the published T4 step x the host's
+    verify/plain ratio, or the published steps' line at k + 1 tokens where that is more (the larger taken)."""
+    host = host_step_costs(record)
+    t4_plain = step_ms(1)
+    scale = (t4_plain / qat_bytes_per_token()) / (host["plain_ms"] / bf16_bytes_per_token())
+    draft = host["draft_ms"] * scale
+    verify_host_ratio = t4_plain * host["verify_ms"] / host["plain_ms"]
+    verify = max(verify_host_ratio, step_ms(k + 1))
+    rows = []
+    for r in (*rates, PUBLISHED_ACCEPTANCE[0]):
+        tokens = 1 + k * r
+        rows.append({"acceptance_rate": r, "tokens_per_step": round(tokens, 3),
+                     "tok_s": round(tokens / ((verify + draft) / 1000.0), 1)})
+    return {"host": {**{key: round(v, 4) for key, v in host.items()}, "pair": record["pair"],
+                     "vllm": record.get("vllm")},
+            "scale_host_to_t4": round(scale, 3), "t4_plain_ms": round(t4_plain, 3),
+            "verify_ms_host_ratio": round(verify_host_ratio, 3), "verify_ms_published_line": round(step_ms(k + 1), 3),
+            "verify_ms": round(verify, 3), "draft_ms": round(draft, 3), "step_ms": round(verify + draft, 3),
+            "break_even_acceptance": round(((verify + draft) / t4_plain - 1) / k, 3),
+            "rows": rows, "goal_tok_s": GOAL_TOKENS_PER_S}
+
+
+def measured_table(result: dict[str, Any]) -> str:
+    lines = ["| acceptance rate | tokens a step | tok/s (measured step costs) |", "|---|---|---|"]
+    for row in result["rows"]:
+        label = f"{row['acceptance_rate']:.3g}" + (" (published, E4B)" if row is result["rows"][-1] else "")
+        lines.append(f"| {label} | {row['tokens_per_step']} | {row['tok_s']} |")
+    return "\n".join(lines)
+
+
 def table(result: dict[str, Any]) -> str:
     head = "| acceptance rate | tokens a step | " + " | ".join(f"tok/s, draft x{s:g}" for s in DRAFT_SCALES) + " |"
     lines = [head, "|" + "---|" * (2 + len(DRAFT_SCALES))]
@@ -126,7 +188,21 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--measured", type=Path, metavar="MTP_JSON",
+                        help="tests/gpu/mtp_host.py's record: the model on its measured step costs")
     args = parser.parse_args(argv)
+    if args.measured:
+        try:
+            measured = measured_model(json.loads(args.measured.read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"mtp_t4_model: {args.measured}: {exc}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(measured, indent=1))
+        else:
+            print(json.dumps({k: v for k, v in measured.items() if k != "rows"}, indent=1))
+            print(measured_table(measured))
+        return 0
     result = model()
     if args.json:
         print(json.dumps(result, indent=1))

@@ -151,3 +151,31 @@ def test_the_t4_mtp_model_reads_its_named_inputs() -> None:
     nothing = 1000 / (result["verify_ms"] + 2 * result["draft_ms_per_forward"])
     assert nothing < 72.31
     assert "| 0.773 (published, E4B) |" in m.table(result)
+
+
+def test_the_t4_mtp_model_on_measured_step_costs(tmp_path: Path) -> None:
+    import mtp_t4_model as m
+
+    # A record shaped as tests/gpu/mtp_host.py writes it (its `pair` and steptiming's summaries); the figures are
+    # chosen here, not measured.
+    record = {"pair": ["t4serve", "t4serve-mtp"], "vllm": "0.34.0", "step_times": {
+        "t4serve": {"1": {"steps": 500, "step_ms": {"median": 4.0, "p10": 3.9, "p90": 4.2}}},
+        "t4serve-mtp": {"1": {"steps": 300, "verify_ms": {"median": 4.4}, "draft_ms": {"median": 1.0},
+                              "step_ms": {"median": 5.4}}}}}
+    result = m.measured_model(record)
+    scale = (m.step_ms(1) / m.qat_bytes_per_token()) / (4.0 / m.bf16_bytes_per_token())
+    assert result["scale_host_to_t4"] == pytest.approx(scale, abs=1e-3)
+    assert result["draft_ms"] == pytest.approx(1.0 * scale, abs=1e-3)
+    # The verify: the larger of the host's ratio on the published step and the published steps' line at 3 tokens.
+    assert result["verify_ms"] == pytest.approx(max(m.step_ms(1) * 1.1, m.step_ms(3)), abs=1e-3)
+    step = result["verify_ms"] + result["draft_ms"]
+    for row in result["rows"]:
+        assert row["tok_s"] == pytest.approx((1 + 2 * row["acceptance_rate"]) * 1000 / step, abs=0.06)
+    # At the break-even rate MTP decodes as fast as the published single stream.
+    assert (1 + 2 * result["break_even_acceptance"]) * 1000 / step == pytest.approx(1000 / m.step_ms(1), rel=1e-3)
+    assert "| 0.773 (published, E4B) |" in m.measured_table(result)
+    path = tmp_path / "mtp.json"
+    path.write_text(json.dumps({"pair": ["t4serve", "t4serve-mtp"], "step_times": {}}))
+    assert m.main(["--measured", str(path)]) == 2  # a hold that measured no step: said, not a traceback
+    path.write_text("{not json")
+    assert m.main(["--measured", str(path)]) == 2

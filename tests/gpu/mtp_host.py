@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="epoch seconds by which the step must end [T4SERVE_GPU_DEADLINE; 0: 40 minutes]")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a server may take to become ready")
     parser.add_argument("--servers", default="", help="start only these (comma-separated names; default: all)")
-    parser.add_argument("--prompts", type=int, default=0, help="use only the first N of the fixed prompts (0: all)")
+    parser.add_argument("--prompts", type=int, default=0,
+                        help="the greedy comparison's first N fixed prompts (0: all; the int8 numerics use all)")
     args = parser.parse_args(argv)
     deadline = args.deadline or time.time() + 2400
     import kv_quant_host as kq
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         record["requests_s"] = round(time.time() - t0, 1)
         record["greedy"] = greedy_record(results)
         record["acceptance_greedy"] = acceptance_delta(results)
-        record["kv_numerics"] = kv_record(kq, results, prompts, control="kv_t4serve-triton")
+        record["kv_numerics"] = kv_record(kq, results, control="kv_t4serve-triton")
         save()
         print("greedy:", json.dumps(record["greedy"]["summary"]), flush=True)
         print("acceptance:", json.dumps(record["acceptance_greedy"]), flush=True)
@@ -411,9 +412,12 @@ def greedy_record(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def kv_record(kq: Any, results: dict[str, Any], prompts: list[list[int]], control: str) -> dict[str, Any]:
+def kv_record(kq: Any, results: dict[str, Any], control: str) -> dict[str, Any]:
     """kv_quant_host's numerics against the reference (the 16-bit cache): int8, the same server again, and
-    `control` (the results' key of another 16-bit process with other kernels), as kv_quant_host.py names them."""
+    `control` (the results' key of another 16-bit process with other kernels), as kv_quant_host.py names them.
+    kq.measure sends the whole fixed prompt set whatever --prompts chose for the greedy comparison, so this reads the
+    whole set (given the subset, it failed on the GPU host on 2026-12-06)."""
+    prompts = kq.prompts()
     reference = results.get("kv_auto")
     out: dict[str, Any] = {}
     if not isinstance(reference, dict) or "logprobs" not in reference:

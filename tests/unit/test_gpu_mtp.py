@@ -163,19 +163,47 @@ def test_the_t4_mtp_model_on_measured_step_costs(tmp_path: Path) -> None:
         "t4serve-mtp": {"1": {"steps": 300, "verify_ms": {"median": 4.4}, "draft_ms": {"median": 1.0},
                               "step_ms": {"median": 5.4}}}}}
     result = m.measured_model(record)
-    scale = (m.step_ms(1) / m.qat_bytes_per_token()) / (4.0 / m.bf16_bytes_per_token())
-    assert result["scale_host_to_t4"] == pytest.approx(scale, abs=1e-3)
-    assert result["draft_ms"] == pytest.approx(1.0 * scale, abs=1e-3)
-    # The verify: the larger of the host's ratio on the published step and the published steps' line at 3 tokens.
-    assert result["verify_ms"] == pytest.approx(max(m.step_ms(1) * 1.1, m.step_ms(3)), abs=1e-3)
-    step = result["verify_ms"] + result["draft_ms"]
-    for row in result["rows"]:
-        assert row["tok_s"] == pytest.approx((1 + 2 * row["acceptance_rate"]) * 1000 / step, abs=0.06)
-    # At the break-even rate MTP decodes as fast as the published single stream.
-    assert (1 + 2 * result["break_even_acceptance"]) * 1000 / step == pytest.approx(1000 / m.step_ms(1), rel=1e-3)
+    host_bandwidth = m.bf16_bytes_per_token() / 4.0e-3
+    draft_bytes = 2 * m.drafter_bytes_per_forward()["total"]
+    overhead = 1.0 - draft_bytes / host_bandwidth * 1000
+    assert result["draft_overhead_ms_host"] == pytest.approx(overhead, abs=1e-4)
+    t4_bandwidth = m.qat_bytes_per_token() / (m.step_ms(1) / 1000)
+    assert result["draft_ms_t4_bytes"] == pytest.approx(draft_bytes / t4_bandwidth * 1000, abs=1e-4)
+    # The verify: the published steps' line at 3 tokens; the optimistic one the host's ratio on the published step.
+    assert result["verify_ms"] == pytest.approx(m.step_ms(3), abs=1e-3)
+    assert result["verify_ms_optimistic"] == pytest.approx(m.step_ms(1) * 4.4 / 4.0, abs=1e-3)
+    for scale in m.DRAFT_SCALES:
+        step = m.step_ms(3) + draft_bytes / t4_bandwidth * 1000 + scale * overhead
+        assert result[f"step_ms_overhead_x{scale:g}"] == pytest.approx(step, abs=1e-3)
+        for row in result["rows"]:
+            assert row[f"tok_s_overhead_x{scale:g}"] == pytest.approx(
+                (1 + 2 * row["acceptance_rate"]) * 1000 / step, abs=0.06)
+        # At the break-even rate MTP decodes as fast as the published single stream; at the goal's rate, 110 tok/s.
+        even = result["break_even_acceptance"][f"overhead_x{scale:g}"]
+        assert (1 + 2 * even) * 1000 / step == pytest.approx(1000 / m.step_ms(1), rel=1e-3)
+        goal = result["acceptance_for_goal"][f"overhead_x{scale:g}"]
+        assert (1 + 2 * goal) * 1000 / step == pytest.approx(110, rel=1e-3)
     assert "| 0.773 (published, E4B) |" in m.measured_table(result)
     path = tmp_path / "mtp.json"
     path.write_text(json.dumps({"pair": ["t4serve", "t4serve-mtp"], "step_times": {}}))
     assert m.main(["--measured", str(path)]) == 2  # a hold that measured no step: said, not a traceback
     path.write_text("{not json")
     assert m.main(["--measured", str(path)]) == 2
+
+
+def test_kv_record_reads_the_whole_prompt_set_the_numerics_sent() -> None:
+    import kv_quant_host as kq
+
+    # What kq.measure returns for every fixed prompt (the numerics always send the whole set, whatever --prompts chose
+    # for the greedy comparison): top-1 the previous prompt token at every position, one greedy token per prompt.
+    prompts = kq.prompts()
+    measured = {"logprobs": [[{p[j]: -0.1, p[j] + 1: -3.0} for j in range(len(p) - 1)] for p in prompts],
+                "greedy": [[7] for _ in prompts]}
+    shifted = {"logprobs": [[{p[j]: -0.3, p[j] + 1: -2.0} for j in range(len(p) - 1)] for p in prompts],
+               "greedy": [[7] for _ in prompts]}
+    out = mtp_host.kv_record(kq, {"kv_auto": measured, "kv_kv-int8": shifted, "kv_auto_again": measured},
+                             control="kv_t4serve-triton")
+    assert out["reference_top1_repeats_previous_token"] == 1.0
+    assert out["int8"]["top1_agreement"] == 1.0 and out["int8"]["greedy"]["identical"] == len(prompts)
+    assert out[kq.AGAIN]["largest_top1_logprob_difference"] == 0.0
+    assert out[kq.CONTROL] == {"error": "not measured"}

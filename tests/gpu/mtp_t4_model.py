@@ -1,6 +1,6 @@
 """A T4 model of Gemma 4 E2B QAT's single-stream decode with its MTP drafter: tokens per second against vLLM's draft
-acceptance rate. No T4 ran it and no GPU host has measured the step costs yet (docs/verified/gpu-host-vllm-0.34.0/:
-the servers failed before their first request): every figure here is modelled from the inputs named below.
+acceptance rate. No T4 ran it: every figure here is modelled from the inputs named below, with --measured on the step
+costs an H100 measured (docs/verified/gpu-host-vllm-0.34.0-served/mtp.json).
 
     python3 tests/gpu/mtp_t4_model.py [--json] [--measured MTP_JSON]
 

@@ -207,3 +207,18 @@ def test_kv_record_reads_the_whole_prompt_set_the_numerics_sent() -> None:
     assert out["int8"]["top1_agreement"] == 1.0 and out["int8"]["greedy"]["identical"] == len(prompts)
     assert out[kq.AGAIN]["largest_top1_logprob_difference"] == 0.0
     assert out[kq.CONTROL] == {"error": "not measured"}
+
+
+def test_sizing_md_shows_the_model_on_the_recorded_step_costs() -> None:
+    import mtp_t4_model as m
+
+    # The record the GPU host wrote (docs/verified/gpu-host-vllm-0.34.0-served/mtp.json) and the table docs/sizing.md
+    # prints from it: the docs change with the model or the record, never apart from them.
+    root = Path(__file__).resolve().parents[2]
+    record = json.loads((root / "docs/verified/gpu-host-vllm-0.34.0-served/mtp.json").read_text())
+    result = m.measured_model(record)
+    sizing = (root / "docs/sizing.md").read_text()
+    for line in m.measured_table(result).splitlines():
+        assert line in sizing
+    assert result["host"]["vllm"] == "0.34.0"
+    assert f"{result['host']['plain_ms']:.3f} ms" in sizing and f"{result['host']['draft_ms']:.3f} ms" in sizing

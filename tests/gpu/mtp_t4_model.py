@@ -52,14 +52,29 @@ def step_ms(tokens: int) -> float:
     return one + (tokens - 1) * (four - one) / 3
 
 
-def qat_bytes_per_token(context: int = CONTEXT) -> float:
-    """What one QAT decode step reads (t4serve's roofline on the built-in QAT facts)."""
+def _bytes_per_token(repo: str, context: int) -> float:
+    """What one decode step of `repo` reads (t4serve's roofline on the model's built-in facts)."""
     from t4serve.planning.roofline import roofline
     from t4serve.probes.checkpoint import builtin_facts
 
-    facts = builtin_facts("google/gemma-4-E2B-it-qat-w4a16-ct", "the model's built-in facts")
+    facts = builtin_facts(repo, "the model's built-in facts")
     assert facts is not None
     return float(roofline(facts, context=context, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value)
+
+
+def qat_bytes_per_token(context: int = CONTEXT) -> float:
+    """What one QAT decode step reads (the published T4 run's model)."""
+    return _bytes_per_token("google/gemma-4-E2B-it-qat-w4a16-ct", context)
+
+
+def bf16_bytes_per_token(context: int = CONTEXT) -> float:
+    """What one bf16 E2B decode step reads (the GPU host's servers run the bf16 checkpoint's shapes)."""
+    return _bytes_per_token("google/gemma-4-E2B-it", context)
+
+
+def published_bandwidth() -> float:
+    """Bytes per second the published T4 QAT step reached: its bytes a token over its single-stream step."""
+    return qat_bytes_per_token() / (step_ms(1) / 1000.0)
 
 
 def drafter_bytes_per_forward(context: int = CONTEXT) -> dict[str, float]:
@@ -89,7 +104,7 @@ def drafter_bytes_per_forward(context: int = CONTEXT) -> dict[str, float]:
 def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_TOKENS) -> dict[str, Any]:
     plain = step_ms(1)
     qat_bytes = qat_bytes_per_token()
-    efficiency_bandwidth = qat_bytes / (plain / 1000.0)  # bytes/s the published QAT step reached
+    efficiency_bandwidth = published_bandwidth()
     draft = drafter_bytes_per_forward()
     draft_ms = draft["total"] / efficiency_bandwidth * 1000.0
     verify = step_ms(k + 1)
@@ -112,16 +127,6 @@ def model(rates: tuple[float, ...] = ACCEPTANCE_RATES, k: int = NUM_SPECULATIVE_
         "verify_ms": round(verify, 3), "draft_ms_per_forward": round(draft_ms, 4),
         "step_ms_draft_x1": round(verify + k * draft_ms, 3), "rows": rows, "goal_tok_s": GOAL_TOKENS_PER_S,
     }
-
-
-def bf16_bytes_per_token(context: int = CONTEXT) -> float:
-    """What one bf16 E2B decode step reads (the GPU host's servers run the bf16 checkpoint's shapes)."""
-    from t4serve.planning.roofline import roofline
-    from t4serve.probes.checkpoint import builtin_facts
-
-    facts = builtin_facts("google/gemma-4-E2B-it", "the model's built-in facts")
-    assert facts is not None
-    return float(roofline(facts, context=context, dtype_bytes=2, bandwidth_bytes_per_s=None).bytes_per_token.value)
 
 
 def host_step_costs(record: dict[str, Any], requests: str = "1") -> dict[str, float]:
@@ -153,7 +158,7 @@ def measured_model(record: dict[str, Any], rates: tuple[float, ...] = ACCEPTANCE
     host = host_step_costs(record)
     t4_plain = step_ms(1)
     host_bandwidth = bf16_bytes_per_token() / (host["plain_ms"] / 1000.0)
-    t4_bandwidth = qat_bytes_per_token() / (t4_plain / 1000.0)
+    t4_bandwidth = published_bandwidth()
     draft_bytes = k * drafter_bytes_per_forward()["total"]
     overhead = max(host["draft_ms"] - draft_bytes / host_bandwidth * 1000.0, 0.0)
     t4_draft_bytes_ms = draft_bytes / t4_bandwidth * 1000.0
@@ -183,28 +188,24 @@ def measured_model(record: dict[str, Any], rates: tuple[float, ...] = ACCEPTANCE
             "rows": rows, "goal_tok_s": GOAL_TOKENS_PER_S}
 
 
-def measured_table(result: dict[str, Any]) -> str:
-    head = ("| acceptance rate | tokens a step | "
-            + " | ".join(f"tok/s, overhead x{s:g}" for s in DRAFT_SCALES) + " | tok/s, optimistic verify |")
-    lines = [head, "|" + "---|" * (3 + len(DRAFT_SCALES))]
-    for row in result["rows"]:
-        label = f"{row['acceptance_rate']:.3g}" + (" (published, E4B)" if row is result["rows"][-1] else "")
-        lines.append(f"| {label} | {row['tokens_per_step']} | "
-                     + " | ".join(str(row[f"tok_s_overhead_x{s:g}"]) for s in DRAFT_SCALES)
-                     + f" | {row['tok_s_optimistic']} |")
+def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    """A markdown table of the rows: acceptance rate, tokens a step, then each (header, key) column; the last row is
+    the published acceptance rate's."""
+    lines = ["| acceptance rate | tokens a step | " + " | ".join(h for h, _ in columns) + " |",
+             "|" + "---|" * (2 + len(columns))]
+    for row in rows:
+        label = f"{row['acceptance_rate']:.3g}" + (" (published, E4B)" if row is rows[-1] else "")
+        lines.append(f"| {label} | {row['tokens_per_step']} | " + " | ".join(str(row[k]) for _, k in columns) + " |")
     return "\n".join(lines)
+
+
+def measured_table(result: dict[str, Any]) -> str:
+    return _table(result["rows"], [(f"tok/s, overhead x{s:g}", f"tok_s_overhead_x{s:g}") for s in DRAFT_SCALES]
+                  + [("tok/s, optimistic verify", "tok_s_optimistic")])
 
 
 def table(result: dict[str, Any]) -> str:
-    head = "| acceptance rate | tokens a step | " + " | ".join(f"tok/s, draft x{s:g}" for s in DRAFT_SCALES) + " |"
-    lines = [head, "|" + "---|" * (2 + len(DRAFT_SCALES))]
-    for row in result["rows"]:
-        label = f"{row['acceptance_rate']:.3g}"
-        if row is result["rows"][-1]:
-            label += " (published, E4B)"
-        lines.append(f"| {label} | {row['tokens_per_step']} | "
-                     + " | ".join(str(row[f"tok_s_draft_x{s:g}"]) for s in DRAFT_SCALES) + " |")
-    return "\n".join(lines)
+    return _table(result["rows"], [(f"tok/s, draft x{s:g}", f"tok_s_draft_x{s:g}") for s in DRAFT_SCALES])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,13 +25,6 @@ def _functions(tree: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def functions_in(source: str) -> list[str]:
-    """Every top-level function and every method of a top-level class in `source`, as `name` or `Class.method`."""
-    import ast
-
-    return [name for name, _ in _functions(ast.parse(source))]
-
-
 def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], list[dict[str, str]]]:
     """The modules `function` (`name` or `Class.method`) in `source` imports inside its body on this platform, and the
     imports it skips.
@@ -49,8 +42,9 @@ def lazy_imports(source: str, function: str, decide: Any) -> tuple[list[str], li
 
 
 def module_imports(source: str, decide: Any) -> list[tuple[str, list[str], list[dict[str, str]]]]:
-    """(name, taken, skipped) of every function and method in `source`, in `functions_in`'s order, the source parsed
-    once; a name defined twice (a property's getter and setter, say) has each definition read."""
+    """(name, taken, skipped) of every top-level function and every method of a top-level class in `source` (named
+    `name` or `Class.method`), in source order, the source parsed once; a name defined twice (a property's getter and
+    setter, say) has each definition read."""
     import ast
 
     return [(name, *_body_imports(node, decide)) for name, node in _functions(ast.parse(source))]
